@@ -1,0 +1,39 @@
+# Two commands for a newcomer:  `make reproduce`  (the main job)  and  `make test`  (the whole suite).
+# Both create .venv on first use and install everything they need (CPU only).
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+UITARS5 := $(VENV)/opt/ui-tars-0.5.1
+
+.PHONY: setup sysdeps reproduce test check lib readme clean-runs help
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## / -- /'
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coda needs Python >= 3.11")'
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || { echo "'$(PY) -m venv' failed: on Debian install python3-venv (apt-get install python3-venv)"; exit 1; }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	# the newest official UI-TARS parser, beside 0.1.4, for the differential tests (loaded in a subprocess)
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(UITARS5) ui-tars==0.5.1
+	@touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install coda with its dev extras
+
+sysdeps:  ## install the Debian packages the tests need (Xvfb, xdotool, xclip, Tk), when missing
+	@bash .ci/sysdeps
+
+reproduce: $(STAMP)  ## run the reproduction (CPU defaults) into runs/
+	$(BIN)/coda reproduce
+
+test: $(STAMP) sysdeps  ## notebooks clean, library and README in sync, notebook tests, then pytest
+	@PATH="$(CURDIR)/$(BIN):$$PATH" bash .ci/test
+
+lib: $(STAMP)  ## regenerate coda/ and README.md from the notebooks
+	$(BIN)/nbdev-clean
+	$(BIN)/nbdev-export
+	$(BIN)/python -m coda.readme
+
+clean-runs:  ## delete run folders
+	rm -rf runs _runs
