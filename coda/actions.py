@@ -6,21 +6,21 @@
 __all__ = ['KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR', 'MIN_PIXELS', 'MAX_PIXELS', 'MAX_RATIO', 'KEY_NAMES',
            'KEY_ALIASES', 'SCROLL_CLICKS', 'DISPATCH', 'XDO_KEYS', 'Action', 'smart_resize', 'model_frame',
            'split_reply', 'normalize_keys', 'parse_action', 'to_uitars', 'needs_clipboard', 'to_pyautogui', 'Backend',
-           'execute', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
+           'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
 
-# %% ../nbs/02_actions.ipynb #e341edbb
+# %% ../nbs/02_actions.ipynb #db4fa439
 import math, re, os, time, shutil, subprocess
 from dataclasses import dataclass, field, replace, asdict
 from typing import Literal, Protocol, Sequence
 
-# %% ../nbs/02_actions.ipynb #e4de37f4
+# %% ../nbs/02_actions.ipynb #7c854df8
 KINDS = ('click', 'left_double', 'right_single', 'drag', 'hotkey', 'type', 'scroll', 'move',
          'wait', 'finished', 'call_user', 'answer', 'fail', 'invalid')
 POINTER_KINDS = frozenset({'click', 'left_double', 'right_single', 'drag', 'move'})  # need a point
 CONTROL_KINDS = frozenset({'wait', 'finished', 'call_user', 'answer', 'fail', 'invalid'})  # touch no device
 _KINDSET = frozenset(KINDS)
 
-# %% ../nbs/02_actions.ipynb #bcc6228e
+# %% ../nbs/02_actions.ipynb #10e4de8c
 @dataclass(frozen=True, slots=True)
 class Action:
     "One GUI action in screen pixels"
@@ -44,7 +44,7 @@ class Action:
     @classmethod
     def from_dict(cls, d:dict)->'Action': return cls(**{**d, 'keys': tuple(d.get('keys', ()))})
 
-# %% ../nbs/02_actions.ipynb #c5902c79
+# %% ../nbs/02_actions.ipynb #2189ce73
 IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS, MAX_RATIO = 28, 100*28*28, 16384*28*28, 200
 
 def smart_resize(height:int, # image height in pixels
@@ -66,7 +66,7 @@ def smart_resize(height:int, # image height in pixels
         h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
     return h, w
 
-# %% ../nbs/02_actions.ipynb #a6ffc59a
+# %% ../nbs/02_actions.ipynb #b03b4781
 def model_frame(screen:tuple=(1280, 800),   # (W, H) of the screenshot sent to the model
                 min_pixels:int=MIN_PIXELS,  # the server's processor min_pixels
                 max_pixels:int=MAX_PIXELS,  # the server's processor max_pixels
@@ -75,7 +75,7 @@ def model_frame(screen:tuple=(1280, 800),   # (W, H) of the screenshot sent to t
     h, w = smart_resize(screen[1], screen[0], min_pixels=min_pixels, max_pixels=max_pixels)
     return (w, h)
 
-# %% ../nbs/02_actions.ipynb #6accc12b
+# %% ../nbs/02_actions.ipynb #4c211803
 _ACTION_LABEL = re.compile(r'Action\s*:')
 _THOUGHT_LABEL = re.compile(r'^\s*(?:Thought|Action_Summary|Reflection)\s*:\s*', re.I)
 
@@ -91,7 +91,7 @@ def split_reply(text:str, # a model reply
         i = text.rfind('Action', 0, i)
     return '', text.strip()
 
-# %% ../nbs/02_actions.ipynb #d8809404
+# %% ../nbs/02_actions.ipynb #47e2dec5
 _CALL = re.compile(r'((?:pyautogui\.)?[A-Za-z_]\w*)\s*\(')
 _KW = re.compile(r'\s*([A-Za-z_]\w*)\s*=\s*')
 _WS = re.compile(r'\s*')
@@ -159,7 +159,7 @@ def _scan_call(s, i):
         if i < n and s[i] == ',': i += 1
         elif i < n and s[i] != ')': return args, kwargs, i  # junk after a value: stop this call here
 
-# %% ../nbs/02_actions.ipynb #d3b44971
+# %% ../nbs/02_actions.ipynb #a863121a
 _ESC = re.compile(r'\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)', re.S)
 _ESC_MAP = {'n': '\n', 't': '\t', 'r': '\r', '\\': '\\', "'": "'", '"': '"', '\n': ''}
 
@@ -172,7 +172,7 @@ def _unescape(v):
         return m.group(0)
     return _ESC.sub(sub, v)
 
-# %% ../nbs/02_actions.ipynb #b74274c9
+# %% ../nbs/02_actions.ipynb #181cfe9c
 _NUM = re.compile(r'-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?')
 
 def _numbers(v):
@@ -188,7 +188,7 @@ def _point(v, sx, sy):
     x, y = x * sx, y * sy
     return (x, y) if math.isfinite(x) and math.isfinite(y) else None
 
-# %% ../nbs/02_actions.ipynb #cb9fff7b
+# %% ../nbs/02_actions.ipynb #97b5a705
 KEY_NAMES = frozenset(list('\t\n\r !"#$%&\'()*+,-./0123456789:;<=>?@[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~') + '''
 accept add alt altleft altright apps backspace browserback browserfavorites browserforward browserhome browserrefresh
 browsersearch browserstop capslock clear convert ctrl ctrlleft ctrlright decimal del delete divide down end enter esc
@@ -219,7 +219,7 @@ def normalize_keys(spec:str|Sequence, # 'ctrl c', 'Ctrl+Shift+T', or a list of k
         keys.append(k)
     return tuple(keys) or None
 
-# %% ../nbs/02_actions.ipynb #44731f6d
+# %% ../nbs/02_actions.ipynb #d1aa8845
 _ALIASES = {'click': 'click', 'left_single': 'click', 'left_click': 'click', 'left_double': 'left_double',
             'double_click': 'left_double', 'doubleclick': 'left_double', 'right_single': 'right_single',
             'right_click': 'right_single', 'rightclick': 'right_single', 'hover': 'move', 'move': 'move',
@@ -241,7 +241,7 @@ def _first(kw, names):
 
 def _invalid(raw): return Action('invalid', text=raw)
 
-# %% ../nbs/02_actions.ipynb #6b57ab11
+# %% ../nbs/02_actions.ipynb #f32f45da
 def _pyautogui_call(name, args, kw, raw):
     "A `pyautogui.fn(...)` call (screen pixels, positional arguments) as an Action"
     num = lambda v: float(v) if isinstance(v, str) and _NUM.fullmatch(v.strip()) else None
@@ -267,7 +267,7 @@ def _pyautogui_call(name, args, kw, raw):
         return Action('scroll', *(pos if None not in pos else (None, None)), direction=d)
     return _invalid(raw)
 
-# %% ../nbs/02_actions.ipynb #8079bcea
+# %% ../nbs/02_actions.ipynb #517d8441
 def _to_action(name, args, kw, raw, sx, sy):
     "One scanned UI-TARS-style call as an Action (screen pixels), or `invalid`"
     if name.startswith('pyautogui.'): return _pyautogui_call(name[10:].lower(), args, kw, raw)
@@ -303,7 +303,7 @@ def _to_action(name, args, kw, raw, sx, sy):
         return Action(kind, text=(text if text is not None else (args[0] if args else '')).strip())
     return Action(kind)
 
-# %% ../nbs/02_actions.ipynb #c0714c9d
+# %% ../nbs/02_actions.ipynb #a3da1762
 def parse_action(text:str,               # a whole reply (`Thought: … Action: …`) or a bare action
                  *,
                  frame:tuple|None=None,  # (w, h) the model's coordinates refer to; None: `model_frame(screen)`
@@ -337,12 +337,12 @@ def _parse(text, frame, screen, coords):
     if not out and (m := _FENCE_ANS.search(text)): return [Action('answer', text=m.group(1).strip())]
     return out or [_invalid(text)]
 
-# %% ../nbs/02_actions.ipynb #25b88980
+# %% ../nbs/02_actions.ipynb #cda5c24f
 def _q(s):
     "A single-quoted UI-TARS string literal"
     return "'" + s.replace('\\', '\\\\').replace("'", "\\'").replace('\n', '\\n') + "'"
 
-# %% ../nbs/02_actions.ipynb #db04e140
+# %% ../nbs/02_actions.ipynb #14b5e272
 def to_uitars(actions:Sequence,          # Actions in screen pixels
               *,
               frame:tuple|None=None,     # (w, h) model frame; None: `model_frame(screen)`
@@ -377,13 +377,13 @@ def to_uitars(actions:Sequence,          # Actions in screen pixels
         else: out.append(f"{k}()")
     return '\n\n'.join(out)
 
-# %% ../nbs/02_actions.ipynb #b933f797
+# %% ../nbs/02_actions.ipynb #ade92be0
 SCROLL_CLICKS = 5  # wheel clicks per scroll action (the official UI-TARS mapping)
 def needs_clipboard(text:str)->bool:
     "Whether `text` must be pasted rather than typed key by key (non-ASCII, or `<`/`>`, which pyautogui mistypes on X11)"
     return not text.isascii() or '<' in text or '>' in text
 
-# %% ../nbs/02_actions.ipynb #b6309e35
+# %% ../nbs/02_actions.ipynb #906b139c
 def to_pyautogui(actions:Sequence, # Actions in screen pixels
                  pause:float=0.5,  # seconds to sleep between actions
                 )->str: # Python source that always compiles
@@ -411,7 +411,7 @@ def to_pyautogui(actions:Sequence, # Actions in screen pixels
         else: lines.append(f"# {k.upper()}" + (f": {a.text!r}" if a.text else ''))
     return '\n'.join(lines) + '\n'
 
-# %% ../nbs/02_actions.ipynb #1e27f9c6
+# %% ../nbs/02_actions.ipynb #973c0e9f
 class Backend(Protocol):
     "What `execute` needs from a device: pointer, keyboard and wheel primitives in screen pixels"
     def click(self, x:float, y:float, button:str='left', clicks:int=1): ...
@@ -422,7 +422,7 @@ class Backend(Protocol):
     def paste(self, text:str): ...
     def scroll(self, clicks:int, x:float|None=None, y:float|None=None, horizontal:bool=False): ...
 
-# %% ../nbs/02_actions.ipynb #d13b4852
+# %% ../nbs/02_actions.ipynb #c34a43b1
 def _clamp(v, hi): return None if v is None else min(max(float(v), 0.0), hi - 1.0)
 
 def _do_type(b, a):
@@ -444,7 +444,7 @@ DISPATCH = {
     'scroll':       _do_scroll,
 }  # kinds not here (wait, finished, call_user, answer, fail, invalid) touch no device
 
-# %% ../nbs/02_actions.ipynb #bc6ae76c
+# %% ../nbs/02_actions.ipynb #9feab687
 def execute(actions:Sequence,       # Actions in screen pixels
             backend:Backend,        # the device to drive
             screen:tuple=(1280, 800),  # (W, H): points are clamped into it
@@ -462,7 +462,17 @@ def execute(actions:Sequence,       # Actions in screen pixels
         if pause: time.sleep(pause)
     return done
 
-# %% ../nbs/02_actions.ipynb #fbd20623
+# %% ../nbs/02_actions.ipynb #6ef6825c
+def ensure_xauthority()->str:
+    "Point $XAUTHORITY at an (empty) file if none exists: python-xlib refuses to connect without one, even to an Xvfb without auth"
+    p = os.environ.get('XAUTHORITY') or os.path.expanduser('~/.Xauthority')
+    if not os.path.exists(p):
+        import tempfile
+        fd, p = tempfile.mkstemp(prefix='coda-xauth-'); os.close(fd)
+        os.environ['XAUTHORITY'] = p
+    return p
+
+# %% ../nbs/02_actions.ipynb #9f66a138
 class PyAutoGUIBackend:
     "Drive the display in `$DISPLAY` (or `display`) with pyautogui"
     def __init__(self, display:str|None=None, # X display such as ':1'; None keeps $DISPLAY
@@ -474,6 +484,7 @@ class PyAutoGUIBackend:
     def pg(self):
         if self._pg is None:
             if self.display: os.environ['DISPLAY'] = self.display
+            ensure_xauthority()
             import pyautogui
             pyautogui.FAILSAFE, pyautogui.PAUSE = False, 0.05
             self._pg = pyautogui
@@ -490,7 +501,7 @@ class PyAutoGUIBackend:
     def scroll(self, clicks, x=None, y=None, horizontal=False):
         (self.pg.hscroll if horizontal else self.pg.scroll)(clicks, x=x, y=y)
 
-# %% ../nbs/02_actions.ipynb #bca3f8ca
+# %% ../nbs/02_actions.ipynb #7f655cfd
 XDO_KEYS = {'ctrl': 'ctrl', 'ctrlleft': 'Control_L', 'ctrlright': 'Control_R', 'alt': 'alt', 'altleft': 'Alt_L',
             'altright': 'Alt_R', 'shift': 'shift', 'shiftleft': 'Shift_L', 'shiftright': 'Shift_R', 'win': 'super',
             'winleft': 'Super_L', 'winright': 'Super_R', 'command': 'super', 'option': 'alt', 'enter': 'Return',
@@ -515,7 +526,7 @@ def xdo_key(k:str)->str:
     "The X keysym xdotool needs for a pyautogui key name"
     return XDO_KEYS.get(k, k)
 
-# %% ../nbs/02_actions.ipynb #b9edb258
+# %% ../nbs/02_actions.ipynb #820f32f9
 class XdotoolBackend:
     "Drive an X display with the `xdotool` program, one call per action, no shell"
     def __init__(self, display:str|None=None, # X display such as ':1'; None uses $DISPLAY
@@ -532,16 +543,22 @@ class XdotoolBackend:
         return p.stdout
     def _xy(self, x, y): return str(round(x)), str(round(y))
     def click(self, x, y, button='left', clicks=1):
-        self.run('mousemove', '--sync', *self._xy(x, y), 'click', '--repeat', clicks, '--delay', 60, {'left': 1, 'middle': 2, 'right': 3}[button])
-    def move(self, x, y): self.run('mousemove', '--sync', *self._xy(x, y))
+        self.run('mousemove', *self._xy(x, y), 'click', '--repeat', clicks, '--delay', 60, {'left': 1, 'middle': 2, 'right': 3}[button])
+    def move(self, x, y): self.run('mousemove', *self._xy(x, y))
     def drag(self, x, y, x2, y2):
         mx, my = self._xy((x + x2) / 2, (y + y2) / 2)
-        self.run('mousemove', '--sync', *self._xy(x, y), 'mousedown', 1, 'sleep', 0.05, 'mousemove', '--sync', mx, my,
-                 'sleep', 0.05, 'mousemove', '--sync', *self._xy(x2, y2), 'sleep', 0.05, 'mouseup', 1)
+        self.run('mousemove', *self._xy(x, y), 'mousedown', 1, 'sleep', 0.05, 'mousemove', mx, my,
+                 'sleep', 0.05, 'mousemove', *self._xy(x2, y2), 'sleep', 0.05, 'mouseup', 1)
+    # no `mousemove --sync`: it waits for a pointer motion, and hangs when the pointer is already there
     def hotkey(self, *keys): self.run('key', '--clearmodifiers', '+'.join(map(xdo_key, keys)))
     def write(self, text): self.run('type', '--delay', self.type_delay_ms, '--', text)
-    def paste(self, text): self.write(text)
+    def paste(self, text):
+        "Put `text` on the clipboard with xclip and press ctrl+v (`xdotool type` drops the case of some non-ASCII letters)"
+        if not shutil.which('xclip'): raise FileNotFoundError("xclip is not installed (Debian: apt-get install xclip)")
+        subprocess.run(['xclip', '-selection', 'clipboard', '-i'], input=text.encode(), env=self.env, timeout=self.timeout,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # xclip stays to serve the paste
+        self.hotkey('ctrl', 'v')
     def scroll(self, clicks, x=None, y=None, horizontal=False):
         button = (7 if clicks > 0 else 6) if horizontal else (4 if clicks > 0 else 5)
-        pre = ['mousemove', '--sync', *self._xy(x, y)] if x is not None else []
+        pre = ['mousemove', *self._xy(x, y)] if x is not None else []
         self.run(*pre, 'click', '--repeat', abs(clicks), '--delay', 30, button)

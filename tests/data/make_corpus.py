@@ -155,6 +155,8 @@ E = [
   ABS, S1, "language=Chinese in the prompt", [click(25, 40)], "ok", "ok"),
  ("office_double_quoted_content", "Thought: Type the title.\nAction: type(content=\"Annual report\")",
   ABS, S1, "double-quoted content (seen from some servers' chat templates)", [typ('Annual report')], "double_quoted_content", "double_quoted_content"),
+ ("office_type_action_label_in_content", "Thought: Type the column header into cell A1 and confirm.\nAction: type(content='Action: Review\\n')",
+  ABS, S1, "'Action:' inside the typed content: the label search must not look inside the quoted string", [typ('Action: Review', True)], "action_label_in_content", "action_label_in_content"),
  ("coda_history_nested", "Thought: Click the Edit menu to find Preferences.\nAction: Thought: The Edit menu is at the top left of the KAlgebra window.\nAction: click(start_box='(70,40)')",
   ABS, S1, "CODA stored history: planner thought + 'Action: ' + executor reply", [click(70, 40)], "ok", "ok"),
  ("point_absolute_click", "Thought: Click the Calculator tab.\nAction: click(point='<point>644 406</point>')",
