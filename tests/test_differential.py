@@ -10,7 +10,7 @@ import functools, math, os, random
 import pytest
 from uitars_ref import (KINDS, action_dict, code_to_actions, load_corpus, mismatches, official_actions, run_014,
                         run_051, uitars051_dir)
-from coda.actions import Action, parse_action, smart_resize, to_pyautogui, to_uitars
+from coda.actions import Action, parse_action, smart_resize, split_reply, to_pyautogui, to_uitars
 
 CORPUS = load_corpus()
 BY_ID = {e['id']: e for e in CORPUS}
@@ -82,6 +82,8 @@ def test_corpus_covers_the_dialects():
         assert any(needle in t for t in texts), needle
     assert {tuple(e['screen']) for e in CORPUS} >= {(1280, 800), (1920, 1080)}
     assert {e['coords'] for e in CORPUS} == {'absolute', 'relative1000'}
+    for item in (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12):  # the research note's §1.7 edge cases, each an entry named after it
+        assert any(e['id'].startswith(f'bug_item{item}_') for e in CORPUS), item
 
 # ------------------------------------------------------------------ ours against the written-down expectation
 @pytest.mark.parametrize('entry', CORPUS, ids=lambda e: e['id'])
@@ -101,6 +103,14 @@ def test_official_agrees(entry, v, run):
     off = official_actions(res)
     assert not mismatches(off, entry['expect']), ('official differs from the expectation', off)
     assert not mismatches(ours(entry), off), ('ours differs from the official parser', ours(entry), off)
+
+@pytest.mark.parametrize('entry', [e for e in CORPUS if e['uitars014'] == 'ok' and e['text'].startswith('Thought:')
+                                   and e['text'].count('Action:') == 1], ids=lambda e: e['id'])
+def test_split_reply_thought_matches_official(entry):
+    "The thought ours splits off equals the official parser's `thought` (one 'Action:' in the reply)."
+    thought, action = split_reply(entry['text'])
+    assert thought == _r014(entry['id'])['responses'][0]['thought']
+    assert action == entry['text'].split('Action:')[-1].strip()
 
 @pytest.mark.parametrize('entry,v', cases('rejects'))
 def test_official_rejects_garbage(entry, v, run):
@@ -251,7 +261,7 @@ def test_official_bug_051_scroll_unscaled(entry, v, run):
 
 def test_official_bug_051_default_scale_factor(u051):
     "0.5.1's default scale_factor=1000 divides parser output again: click(0.099, 0.198) for (100,200) on 1920x1080 (§1.7 item 1)."
-    entry = BY_ID['osworld_click_point_1_7']
+    entry = BY_ID['bug_item1_051_default_scale_factor']
     res = u051[entry['id']]
     wrong = [a for r, c in zip(res['responses'], res['codes_default_scale']) for a in code_to_actions(c, r)]
     assert not mismatches(wrong, [{'kind': 'click', 'x': 0.099, 'y': 0.198}], tol=1e-9)
@@ -331,7 +341,7 @@ OFFICIAL_KINDS = {'click', 'left_double', 'right_single', 'drag', 'move', 'hotke
 def _official_readable(e):
     "Entries whose actions the official 0.1.4 can read back when written by to_uitars (no hscroll, no tricky content)."
     ok = all(a['kind'] in OFFICIAL_KINDS or (a['kind'] == 'scroll' and a.get('direction') in ('up', 'down'))
-             or (a['kind'] == 'type' and not any(c in a['text'] for c in "\n\\')")) for a in e['expect'])
+             or (a['kind'] == 'type' and not any(c in a['text'] for c in ("\n", "\\", "')", 'Action:'))) for a in e['expect'])
     return ok and not any(k.startswith(('left', 'right', 'up', 'down')) for a in e['expect'] for k in a.get('keys', []))
 
 @pytest.mark.parametrize('entry', [e for e in CORPUS if _official_readable(e)], ids=lambda e: e['id'])
