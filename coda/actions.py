@@ -8,20 +8,20 @@ __all__ = ['KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR', 'MIN_PIXEL
            'split_reply', 'normalize_keys', 'parse_action', 'to_uitars', 'needs_clipboard', 'to_pyautogui', 'Backend',
            'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
 
-# %% ../nbs/02_actions.ipynb #db4fa439
+# %% ../nbs/02_actions.ipynb #12dc6ddc
 import math, re, os, time, shutil, subprocess
 from dataclasses import dataclass, field, replace, asdict
 from typing import Literal, Protocol, Sequence
 
-# %% ../nbs/02_actions.ipynb #7c854df8
+# %% ../nbs/02_actions.ipynb #da2f0735
 KINDS = ('click', 'left_double', 'right_single', 'drag', 'hotkey', 'type', 'scroll', 'move',
          'wait', 'finished', 'call_user', 'answer', 'fail', 'invalid')
 POINTER_KINDS = frozenset({'click', 'left_double', 'right_single', 'drag', 'move'})  # need a point
 CONTROL_KINDS = frozenset({'wait', 'finished', 'call_user', 'answer', 'fail', 'invalid'})  # touch no device
 _KINDSET = frozenset(KINDS)
 
-# %% ../nbs/02_actions.ipynb #10e4de8c
-@dataclass(frozen=True, slots=True)
+# %% ../nbs/02_actions.ipynb #2cbd22aa
+@dataclass(frozen=True, slots=True, repr=False)
 class Action:
     "One GUI action in screen pixels"
     kind: str                   # one of `KINDS`
@@ -36,6 +36,8 @@ class Action:
     def __post_init__(self):
         if self.kind not in _KINDSET: raise ValueError(f"unknown action kind {self.kind!r}; expected one of {KINDS}")
 
+    def __repr__(self):
+        return 'Action(' + ', '.join([repr(self.kind)] + [f'{k}={v!r}' for k, v in self.to_dict().items() if k != 'kind']) + ')'
     @property
     def point(self)->tuple|None: return None if self.x is None else (self.x, self.y)
     def to_dict(self)->dict:
@@ -44,7 +46,7 @@ class Action:
     @classmethod
     def from_dict(cls, d:dict)->'Action': return cls(**{**d, 'keys': tuple(d.get('keys', ()))})
 
-# %% ../nbs/02_actions.ipynb #2189ce73
+# %% ../nbs/02_actions.ipynb #41a6ca92
 IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS, MAX_RATIO = 28, 100*28*28, 16384*28*28, 200
 
 def smart_resize(height:int, # image height in pixels
@@ -66,7 +68,7 @@ def smart_resize(height:int, # image height in pixels
         h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
     return h, w
 
-# %% ../nbs/02_actions.ipynb #b03b4781
+# %% ../nbs/02_actions.ipynb #ae894a4c
 def model_frame(screen:tuple=(1280, 800),   # (W, H) of the screenshot sent to the model
                 min_pixels:int=MIN_PIXELS,  # the server's processor min_pixels
                 max_pixels:int=MAX_PIXELS,  # the server's processor max_pixels
@@ -75,7 +77,7 @@ def model_frame(screen:tuple=(1280, 800),   # (W, H) of the screenshot sent to t
     h, w = smart_resize(screen[1], screen[0], min_pixels=min_pixels, max_pixels=max_pixels)
     return (w, h)
 
-# %% ../nbs/02_actions.ipynb #4c211803
+# %% ../nbs/02_actions.ipynb #6e19fb8c
 _ACTION_LABEL = re.compile(r'Action\s*:')
 _THOUGHT_LABEL = re.compile(r'^\s*(?:Thought|Action_Summary|Reflection)\s*:\s*', re.I)
 
@@ -83,15 +85,18 @@ def split_reply(text:str, # a model reply
                )->tuple: # (thought, action_text)
     "Split a reply at its last `Action:` into the thought (label removed) and the action text"
     if not isinstance(text, str): text = '' if text is None else str(text)
+    for i, j in _labels(text): return _THOUGHT_LABEL.sub('', text[:i].strip(), count=1).strip(), text[j:].strip()
+    return '', text.strip()
+
+def _labels(text):
+    "(start, end) of each `Action:` label in `text`, last first"
     i = text.rfind('Action')
     while i >= 0:
         m = _ACTION_LABEL.match(text, i)
-        if m and (i == 0 or not (text[i-1].isalnum() or text[i-1] == '_')):
-            return _THOUGHT_LABEL.sub('', text[:i].strip(), count=1).strip(), text[m.end():].strip()
+        if m and (i == 0 or not (text[i-1].isalnum() or text[i-1] == '_')): yield i, m.end()
         i = text.rfind('Action', 0, i)
-    return '', text.strip()
 
-# %% ../nbs/02_actions.ipynb #47e2dec5
+# %% ../nbs/02_actions.ipynb #dbb9eadb
 _CALL = re.compile(r'((?:pyautogui\.)?[A-Za-z_]\w*)\s*\(')
 _KW = re.compile(r'\s*([A-Za-z_]\w*)\s*=\s*')
 _WS = re.compile(r'\s*')
@@ -159,7 +164,7 @@ def _scan_call(s, i):
         if i < n and s[i] == ',': i += 1
         elif i < n and s[i] != ')': return args, kwargs, i  # junk after a value: stop this call here
 
-# %% ../nbs/02_actions.ipynb #a863121a
+# %% ../nbs/02_actions.ipynb #037b3bc7
 _ESC = re.compile(r'\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)', re.S)
 _ESC_MAP = {'n': '\n', 't': '\t', 'r': '\r', '\\': '\\', "'": "'", '"': '"', '\n': ''}
 
@@ -172,7 +177,7 @@ def _unescape(v):
         return m.group(0)
     return _ESC.sub(sub, v)
 
-# %% ../nbs/02_actions.ipynb #181cfe9c
+# %% ../nbs/02_actions.ipynb #9e74d8ad
 _NUM = re.compile(r'-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?')
 
 def _numbers(v):
@@ -188,7 +193,7 @@ def _point(v, sx, sy):
     x, y = x * sx, y * sy
     return (x, y) if math.isfinite(x) and math.isfinite(y) else None
 
-# %% ../nbs/02_actions.ipynb #97b5a705
+# %% ../nbs/02_actions.ipynb #046f7c1e
 KEY_NAMES = frozenset(list('\t\n\r !"#$%&\'()*+,-./0123456789:;<=>?@[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~') + '''
 accept add alt altleft altright apps backspace browserback browserfavorites browserforward browserhome browserrefresh
 browsersearch browserstop capslock clear convert ctrl ctrlleft ctrlright decimal del delete divide down end enter esc
@@ -219,7 +224,7 @@ def normalize_keys(spec:str|Sequence, # 'ctrl c', 'Ctrl+Shift+T', or a list of k
         keys.append(k)
     return tuple(keys) or None
 
-# %% ../nbs/02_actions.ipynb #d1aa8845
+# %% ../nbs/02_actions.ipynb #b08bd4ef
 _ALIASES = {'click': 'click', 'left_single': 'click', 'left_click': 'click', 'left_double': 'left_double',
             'double_click': 'left_double', 'doubleclick': 'left_double', 'right_single': 'right_single',
             'right_click': 'right_single', 'rightclick': 'right_single', 'hover': 'move', 'move': 'move',
@@ -241,7 +246,7 @@ def _first(kw, names):
 
 def _invalid(raw): return Action('invalid', text=raw)
 
-# %% ../nbs/02_actions.ipynb #f32f45da
+# %% ../nbs/02_actions.ipynb #f778ce86
 def _pyautogui_call(name, args, kw, raw):
     "A `pyautogui.fn(...)` call (screen pixels, positional arguments) as an Action"
     num = lambda v: float(v) if isinstance(v, str) and _NUM.fullmatch(v.strip()) else None
@@ -255,7 +260,8 @@ def _pyautogui_call(name, args, kw, raw):
         return Action(kind, *xy)
     if name in ('write', 'typewrite'):
         text = args[0] if args else kw.get('message', '')
-        return Action('type', text=text.rstrip('\n'), enter=text.endswith('\n')) if text else _invalid(raw)
+        if not text: return _invalid(raw)
+        return Action('type', text=text[:-1], enter=True) if text.endswith('\n') else Action('type', text=text)
     if name in ('press', 'hotkey'):
         keys = normalize_keys(args or [kw.get('keys', kw.get('key', ''))])
         return Action('hotkey', keys=keys) if keys else _invalid(raw)
@@ -267,7 +273,7 @@ def _pyautogui_call(name, args, kw, raw):
         return Action('scroll', *(pos if None not in pos else (None, None)), direction=d)
     return _invalid(raw)
 
-# %% ../nbs/02_actions.ipynb #517d8441
+# %% ../nbs/02_actions.ipynb #d5d69b4b
 def _to_action(name, args, kw, raw, sx, sy):
     "One scanned UI-TARS-style call as an Action (screen pixels), or `invalid`"
     if name.startswith('pyautogui.'): return _pyautogui_call(name[10:].lower(), args, kw, raw)
@@ -303,7 +309,7 @@ def _to_action(name, args, kw, raw, sx, sy):
         return Action(kind, text=(text if text is not None else (args[0] if args else '')).strip())
     return Action(kind)
 
-# %% ../nbs/02_actions.ipynb #a3da1762
+# %% ../nbs/02_actions.ipynb #cd2b7fc2
 def parse_action(text:str,               # a whole reply (`Thought: … Action: …`) or a bare action
                  *,
                  frame:tuple|None=None,  # (w, h) the model's coordinates refer to; None: `model_frame(screen)`
@@ -323,7 +329,13 @@ def _parse(text, frame, screen, coords):
         fw, fh = frame or model_frame(screen)
         sx, sy = W / fw, H / fh
     else: raise ValueError(f"coords must be 'absolute' or 'relative1000', not {coords!r}")
-    _, act = split_reply(text.replace('[EOS]', ''))
+    text = text.replace('[EOS]', '')
+    for _, j in _labels(text):  # the last label wins, unless it sits inside typed text (`type(content='Action: x')`)
+        acts = _parse_actions(text[j:].strip(), text, sx, sy)
+        if any(a.kind != 'invalid' for a in acts): return acts
+    return _parse_actions(text.strip(), text, sx, sy)
+
+def _parse_actions(act, text, sx, sy):
     if 'ANS' in act:
         if (m := _FENCE_ANS.search(act) or _BARE_ANS.match(act)): return [Action('answer', text=m.group(1).strip())]
     if (m := _BARE_WORD.match(act)): return [Action(_WORD_KIND[m.group(1)])]
@@ -337,12 +349,12 @@ def _parse(text, frame, screen, coords):
     if not out and (m := _FENCE_ANS.search(text)): return [Action('answer', text=m.group(1).strip())]
     return out or [_invalid(text)]
 
-# %% ../nbs/02_actions.ipynb #cda5c24f
+# %% ../nbs/02_actions.ipynb #a8e353dd
 def _q(s):
     "A single-quoted UI-TARS string literal"
     return "'" + s.replace('\\', '\\\\').replace("'", "\\'").replace('\n', '\\n') + "'"
 
-# %% ../nbs/02_actions.ipynb #14b5e272
+# %% ../nbs/02_actions.ipynb #982eddf3
 def to_uitars(actions:Sequence,          # Actions in screen pixels
               *,
               frame:tuple|None=None,     # (w, h) model frame; None: `model_frame(screen)`
@@ -356,8 +368,9 @@ def to_uitars(actions:Sequence,          # Actions in screen pixels
     else:
         fw, fh = frame or model_frame(screen)
         fx, fy = fw / W, fh / H
+    num = lambda v: f"{round(v, 2):.2f}".rstrip('0').rstrip('.')  # whole numbers stay integers, as models write them
     def box(x, y):
-        p = f"({round(x * fx)},{round(y * fy)})"
+        p = f"({num(x * fx)},{num(y * fy)})"
         return f"'<|box_start|>{p}<|box_end|>'" if box_tokens else f"'{p}'"
     out = []
     for a in actions:
@@ -377,13 +390,13 @@ def to_uitars(actions:Sequence,          # Actions in screen pixels
         else: out.append(f"{k}()")
     return '\n\n'.join(out)
 
-# %% ../nbs/02_actions.ipynb #ade92be0
+# %% ../nbs/02_actions.ipynb #614ab148
 SCROLL_CLICKS = 5  # wheel clicks per scroll action (the official UI-TARS mapping)
 def needs_clipboard(text:str)->bool:
     "Whether `text` must be pasted rather than typed key by key (non-ASCII, or `<`/`>`, which pyautogui mistypes on X11)"
     return not text.isascii() or '<' in text or '>' in text
 
-# %% ../nbs/02_actions.ipynb #906b139c
+# %% ../nbs/02_actions.ipynb #ea9ef670
 def to_pyautogui(actions:Sequence, # Actions in screen pixels
                  pause:float=0.5,  # seconds to sleep between actions
                 )->str: # Python source that always compiles
@@ -411,7 +424,7 @@ def to_pyautogui(actions:Sequence, # Actions in screen pixels
         else: lines.append(f"# {k.upper()}" + (f": {a.text!r}" if a.text else ''))
     return '\n'.join(lines) + '\n'
 
-# %% ../nbs/02_actions.ipynb #973c0e9f
+# %% ../nbs/02_actions.ipynb #b51cf047
 class Backend(Protocol):
     "What `execute` needs from a device: pointer, keyboard and wheel primitives in screen pixels"
     def click(self, x:float, y:float, button:str='left', clicks:int=1): ...
@@ -422,7 +435,7 @@ class Backend(Protocol):
     def paste(self, text:str): ...
     def scroll(self, clicks:int, x:float|None=None, y:float|None=None, horizontal:bool=False): ...
 
-# %% ../nbs/02_actions.ipynb #c34a43b1
+# %% ../nbs/02_actions.ipynb #66c84341
 def _clamp(v, hi): return None if v is None else min(max(float(v), 0.0), hi - 1.0)
 
 def _do_type(b, a):
@@ -444,7 +457,7 @@ DISPATCH = {
     'scroll':       _do_scroll,
 }  # kinds not here (wait, finished, call_user, answer, fail, invalid) touch no device
 
-# %% ../nbs/02_actions.ipynb #9feab687
+# %% ../nbs/02_actions.ipynb #e951f1d7
 def execute(actions:Sequence,       # Actions in screen pixels
             backend:Backend,        # the device to drive
             screen:tuple=(1280, 800),  # (W, H): points are clamped into it
@@ -462,7 +475,7 @@ def execute(actions:Sequence,       # Actions in screen pixels
         if pause: time.sleep(pause)
     return done
 
-# %% ../nbs/02_actions.ipynb #6ef6825c
+# %% ../nbs/02_actions.ipynb #bf704fc6
 def ensure_xauthority()->str:
     "Point $XAUTHORITY at an (empty) file if none exists: python-xlib refuses to connect without one, even to an Xvfb without auth"
     p = os.environ.get('XAUTHORITY') or os.path.expanduser('~/.Xauthority')
@@ -472,7 +485,7 @@ def ensure_xauthority()->str:
         os.environ['XAUTHORITY'] = p
     return p
 
-# %% ../nbs/02_actions.ipynb #9f66a138
+# %% ../nbs/02_actions.ipynb #e6507346
 class PyAutoGUIBackend:
     "Drive the display in `$DISPLAY` (or `display`) with pyautogui"
     def __init__(self, display:str|None=None, # X display such as ':1'; None keeps $DISPLAY
@@ -501,7 +514,7 @@ class PyAutoGUIBackend:
     def scroll(self, clicks, x=None, y=None, horizontal=False):
         (self.pg.hscroll if horizontal else self.pg.scroll)(clicks, x=x, y=y)
 
-# %% ../nbs/02_actions.ipynb #7f655cfd
+# %% ../nbs/02_actions.ipynb #f638ab74
 XDO_KEYS = {'ctrl': 'ctrl', 'ctrlleft': 'Control_L', 'ctrlright': 'Control_R', 'alt': 'alt', 'altleft': 'Alt_L',
             'altright': 'Alt_R', 'shift': 'shift', 'shiftleft': 'Shift_L', 'shiftright': 'Shift_R', 'win': 'super',
             'winleft': 'Super_L', 'winright': 'Super_R', 'command': 'super', 'option': 'alt', 'enter': 'Return',
@@ -526,7 +539,7 @@ def xdo_key(k:str)->str:
     "The X keysym xdotool needs for a pyautogui key name"
     return XDO_KEYS.get(k, k)
 
-# %% ../nbs/02_actions.ipynb #820f32f9
+# %% ../nbs/02_actions.ipynb #bb03609a
 class XdotoolBackend:
     "Drive an X display with the `xdotool` program, one call per action, no shell"
     def __init__(self, display:str|None=None, # X display such as ':1'; None uses $DISPLAY
