@@ -1,0 +1,88 @@
+"""Test fixtures for the agent: a small deterministic environment and a real, scripted OpenAI-compatible HTTP server.
+
+The server is a real HTTP server on 127.0.0.1 speaking the chat-completions protocol; only its replies are
+scripted (a policy function of the request), which is what tests of the framework itself need: the protocol,
+concurrency, latency and failures are real, the text is known.
+"""
+import json, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from PIL import Image, ImageDraw
+from coda.envs.core import Observation, Element
+
+class CounterEnv:
+    "A 'counter app': the screen shows a number; clicking the + button (around (640, 400)) adds one. Answer tasks check the number."
+    def __init__(self, screen=(1280, 800), target=3, delay=0.0, crash_at=None):
+        self.screen, self.target, self.delay, self.crash_at = screen, target, delay, crash_at
+        self.resets = self.closed = 0
+        self._bg = Image.new('RGB', screen, (236, 236, 240))
+        d = ImageDraw.Draw(self._bg)
+        for x in range(0, screen[0], 40): d.line([(x, 0), (x, screen[1])], fill=(220, 220, 228))
+        d.rectangle([600, 370, 680, 430], fill=(90, 120, 200))
+    def _obs(self):
+        img = self._bg.copy()
+        ImageDraw.Draw(img).text((40, 40), f'count = {self.n}', fill=(0, 0, 0))
+        return Observation(img, self.screen, a11y=[Element('label', f'count = {self.n}', (40, 40, 200, 60)), Element('button', '+', (600, 370, 680, 430))])
+    def reset(self, task):
+        self.resets += 1; self.n, self.last, self.steps = 0, None, 0
+        return self._obs()
+    def step(self, actions):
+        if self.delay: time.sleep(self.delay)
+        self.steps += 1
+        if self.crash_at is not None and self.steps >= self.crash_at: raise RuntimeError('the app crashed')
+        for a in actions:
+            if a.kind == 'click' and 600 <= a.x <= 680 and 370 <= a.y <= 430: self.n += 1
+            self.last = a
+        return self._obs()
+    def evaluate(self):
+        return float(self.last is not None and self.last.kind == 'answer' and self.last.text == str(self.target))
+    def close(self): self.closed += 1
+
+def counting_policy(target=3):
+    "Planner clicks + until it has clicked `target` times, then answers; executor clicks the button's centre"
+    def policy(body):
+        msgs = body['messages']
+        if body['model'] == 'planner':
+            done = sum(m['role'] == 'assistant' for m in msgs)
+            if done >= target: return f"Thought: The counter shows {target}.\nAction: ```ANS {target}```"
+            return "Thought: Click the + button in the middle of the window.\nAction: click(start_box='(640,400)')"
+        return "click(start_box='<|box_start|>(644,406)<|box_end|>')"
+    return policy
+
+class ScriptedServer:
+    "A real OpenAI-compatible chat server on 127.0.0.1 whose replies come from `policy(request_body) -> str`"
+    def __init__(self, policy, latency=0.0):
+        self.policy, self.latency, self.requests, self.inflight, self.max_inflight = policy, latency, [], 0, 0
+        self._lock = threading.Lock()
+        srv = self
+        class H(BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+            def log_message(self, *a): pass
+            def do_GET(self):
+                self._send(200, {'status': 'ok'} if self.path.endswith('health') else {'object': 'list', 'data': []})
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+                with srv._lock: srv.inflight += 1; srv.max_inflight = max(srv.max_inflight, srv.inflight); srv.requests.append(body)
+                try:
+                    if srv.latency: time.sleep(srv.latency)
+                    text = srv.policy(body)
+                finally:
+                    with srv._lock: srv.inflight -= 1
+                self._send(200, {'id': 'x', 'object': 'chat.completion', 'created': int(time.time()), 'model': body['model'],
+                                 'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': text}, 'finish_reason': 'stop'}],
+                                 'usage': {'prompt_tokens': 100, 'completion_tokens': len(text.split()), 'total_tokens': 100 + len(text.split())}})
+            def _send(self, code, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(code); self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(data))); self.end_headers()
+                self.wfile.write(data)
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), H)
+        self.httpd.daemon_threads = True
+        self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
+    def __enter__(self):
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True); self.thread.start(); return self
+    def __exit__(self, *a):
+        self.httpd.shutdown(); self.httpd.server_close()
+
+class Task:
+    "A minimal task"
+    def __init__(self, id='A-01', app='Counter', instruction='Click + until the counter shows 3, then answer with the number.', steps=8):
+        self.id, self.app, self.instruction, self.steps = id, app, instruction, steps
