@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['STOPS', 'AgentConfig', 'run_sync', 'Agent']
 
-# %% ../nbs/07_agent.ipynb #4c31a3ce
+# %% ../nbs/07_agent.ipynb #5e454c61
 import asyncio, time, traceback
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -13,7 +13,7 @@ from .actions import Action, parse_action, model_frame, MIN_PIXELS, MAX_PIXELS
 from .prompts import Conversation, user_turn, split_planner
 from .envs.core import Observation
 
-# %% ../nbs/07_agent.ipynb #e08d0c64
+# %% ../nbs/07_agent.ipynb #a7ca843b
 @dataclass
 class AgentConfig:
     "How the agent runs; the defaults follow CODA's reference code"
@@ -34,7 +34,7 @@ class AgentConfig:
     @property
     def frame(self)->tuple: return model_frame(self.screen, self.min_pixels, self.max_pixels)
 
-# %% ../nbs/07_agent.ipynb #267b5d81
+# %% ../nbs/07_agent.ipynb #17ca368f
 def run_sync(coro):
     "Run a coroutine to completion from sync code, also inside Jupyter or another running event loop"
     try: asyncio.get_running_loop()
@@ -42,7 +42,7 @@ def run_sync(coro):
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
 
-# %% ../nbs/07_agent.ipynb #daa781e5
+# %% ../nbs/07_agent.ipynb #4c89b78f
 STOPS = ('DONE', 'ANS', 'FAIL', 'STUCK', 'BUDGET', 'ERROR')
 
 def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.enter, a.keys, a.direction) for a in acts)
@@ -50,15 +50,20 @@ def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.en
 def _usage(r, prefix):
     return {f'{prefix}_prompt_tokens': getattr(r, 'prompt_tokens', None), f'{prefix}_completion_tokens': getattr(r, 'completion_tokens', None)}
 
-# %% ../nbs/07_agent.ipynb #6f392622
+# %% ../nbs/07_agent.ipynb #1fddb95e
 class Agent:
     "CODA's planner–executor agent over any two chat backends"
     def __init__(self, planner, executor, config:AgentConfig|None=None):
         self.planner, self.executor, self.config = planner, executor, config or AgentConfig()
 
     async def _env(self, fn, *a):
+        "Call the environment in a worker thread; an observation's PNG is encoded there too (zlib frees the GIL)"
+        def call():
+            r = fn(*a)
+            if isinstance(r, Observation) and self.config.obs != 'a11y': r.png()
+            return r
         t = time.perf_counter()
-        r = await asyncio.to_thread(fn, *a)
+        r = await asyncio.to_thread(call)
         return r, time.perf_counter() - t
 
     def _user(self, obs:Observation):
@@ -94,7 +99,7 @@ class Agent:
         stop, answer, reason = 'BUDGET', None, f'step budget of {task.steps} used up'
         for i in range(task.steps):
             t0 = time.perf_counter()
-            rec = dict(step=i, thought='', planner='', planner_action='', executor=None, executor_attempts=0, actions=[],
+            rec = dict(step=i, started=round(time.time(), 6), thought='', planner='', planner_action='', executor=None, executor_attempts=0, actions=[],
                        kind='', error=None, planner_s=0.0, executor_s=0.0, env_s=0.0)
             png = obs.png() if obs.screenshot is not None else None
             try:

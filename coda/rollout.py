@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['run_episodes', 'evaluate']
 
-# %% ../nbs/10_rollout.ipynb #ab443a05
+# %% ../nbs/10_rollout.ipynb #f730543e
 import asyncio, time, json, traceback
 from pathlib import Path
 from typing import Callable, Sequence
 from .agent import Agent, AgentConfig, run_sync
 from .store import RunStore
 
-# %% ../nbs/10_rollout.ipynb #da11b6e9
+# %% ../nbs/10_rollout.ipynb #a19226a9
 def _close(env):
     try: env.close()
     except Exception: pass
@@ -58,7 +58,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
     finally: bar.close()
     return results
 
-# %% ../nbs/10_rollout.ipynb #41b8ab40
+# %% ../nbs/10_rollout.ipynb #339bf571
 def evaluate(tasks:Sequence,          # the task set
              make_env:Callable,       # () -> a new Env
              planner,                 # planner chat backend

@@ -76,6 +76,7 @@ class ScriptedServer:
                 self.wfile.write(data)
         self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), H)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None   # clients killed mid-request are expected here
         self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
     def __enter__(self):
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True); self.thread.start(); return self

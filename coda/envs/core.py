@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['ENVS', 'Element', 'Observation', 'TaskLike', 'Env', 'register_env', 'make_env']
 
-# %% ../../nbs/05_envs.ipynb #e2ba57a5
+# %% ../../nbs/05_envs.ipynb #985c90ab
 import io, hashlib, importlib
 from dataclasses import dataclass, field
 from typing import Protocol, Callable, Sequence, runtime_checkable
 
-# %% ../../nbs/05_envs.ipynb #fc6d4a24
+# %% ../../nbs/05_envs.ipynb #c93fa79d
 @dataclass
 class Element:
     "One accessibility-tree element"
@@ -23,7 +23,7 @@ class Element:
         s = f"[{self.role}] {self.name} @({','.join(str(int(v)) for v in self.bbox)})"
         return s + (f" {' '.join(self.states)}" if self.states else '')
 
-# %% ../../nbs/05_envs.ipynb #231a2150
+# %% ../../nbs/05_envs.ipynb #dba00107
 @dataclass
 class Observation:
     "What the agent sees after a reset or a step"
@@ -45,11 +45,11 @@ class Observation:
     def digest(self)->str:
         "A hash of what is on screen (screenshot, else the accessibility text), for stuck detection"
         h = hashlib.blake2b(digest_size=16)
-        if self.screenshot is not None: h.update(self.screenshot.tobytes())
+        if self.screenshot is not None: h.update(self._png if self._png is not None else self.screenshot.tobytes())  # PNG: 20x fewer bytes
         if self.a11y is not None: h.update(self.a11y_text.encode())
         return h.hexdigest()
 
-# %% ../../nbs/05_envs.ipynb #c4063353
+# %% ../../nbs/05_envs.ipynb #fea2457d
 @runtime_checkable
 class TaskLike(Protocol):
     "What the agent and the store read from a task"
@@ -66,7 +66,7 @@ class Env(Protocol):
     def evaluate(self) -> float: ...
     def close(self) -> None: ...
 
-# %% ../../nbs/05_envs.ipynb #71d127aa
+# %% ../../nbs/05_envs.ipynb #fd18ab53
 ENVS: dict = {}
 
 def register_env(name:str, factory:Callable):

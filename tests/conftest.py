@@ -1,0 +1,21 @@
+"""Session fixtures shared by the tests: a tiny random Qwen2.5-VL built in code, and a real `transformers serve` over it."""
+import sys
+from pathlib import Path
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # agent_fixtures, uitars_ref
+
+@pytest.fixture(scope='session')
+def tiny(tmp_path_factory):
+    from coda.models import build_tiny_qwen25vl
+    return build_tiny_qwen25vl(tmp_path_factory.mktemp('models')/'tiny-qwen25vl')
+
+@pytest.fixture(scope='session')
+def local(tiny):
+    from coda.models import LocalChat
+    return LocalChat(tiny)
+
+@pytest.fixture(scope='session')
+def served(tiny):
+    from coda.models import serve_transformers
+    with serve_transformers(tiny, timeout=150) as url: yield url

@@ -1,0 +1,251 @@
+"""coda.models against real servers: a real `transformers serve` over a tiny Qwen2.5-VL built offline (text, image,
+token counts, what it does with a final assistant turn), `LocalChat` on the same model (images, continuation,
+sampling), and a scripted HTTP server on 127.0.0.1 for every failure the client must survive or report
+(dropped connections, 5xx, 429, malformed JSON, 4xx, hangs) and for its concurrency limit.
+
+Replies of the random model are noise: the tests assert on shapes, token counts and protocol, never on the text."""
+import asyncio, base64, io, json, socket, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import pytest
+from PIL import Image
+from coda.config import get_settings
+from coda.models import (LocalChat, ModelError, OpenAIChat, Reply, ChatBackend, build_tiny_qwen25vl, image_part,
+                         serve_transformers, to_openai_messages)
+
+IMG_TOKENS = 64 + 2   # a 224x224 image: 64 <|image_pad|> between <|vision_start|> and <|vision_end|>
+SHOT = Image.new('RGB', (224, 224), (240, 240, 244))
+TEXT = [{'role': 'user', 'content': [{'type': 'text', 'text': 'Open the File menu.'}]}]
+IMAGE = [{'role': 'user', 'content': [{'type': 'image', 'image': SHOT}, {'type': 'text', 'text': 'Open the File menu.'}]}]
+PREFIX = 'Thought: The File menu is at the top left.\nAction: '
+CONT = IMAGE + [{'role': 'assistant', 'content': [{'type': 'text', 'text': PREFIX}]}]
+
+# ------------------------------------------------------------------ a scripted server for failures
+
+OK = {'id': 'c1', 'object': 'chat.completion', 'created': 0, 'model': 'm',
+      'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': 'click(x=1, y=2)'}, 'finish_reason': 'stop'}],
+      'usage': {'prompt_tokens': 12, 'completion_tokens': 5, 'total_tokens': 17}}
+
+class Scripted:
+    """A real HTTP server on 127.0.0.1; request i gets `script[i]` (the last repeats): 'ok', an int status,
+    'drop' (close without answering), 'hang' (never answer), 'malformed' (200, cut JSON), 'nochoices' (200, JSON
+    that is not a completion), ('sleep', s) (answer after s seconds), ('retry-after', s) (429 with Retry-After)"""
+    def __init__(self, *script):
+        self.script, self.bodies, self.headers, self.times = script, [], [], []
+        self.inflight = self.max_inflight = 0
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        srv = self
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a): pass
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+                with srv.lock:
+                    srv.bodies.append(body); srv.headers.append(dict(self.headers)); srv.times.append(time.monotonic())
+                    act = srv.script[min(len(srv.bodies), len(srv.script)) - 1]
+                    srv.inflight += 1; srv.max_inflight = max(srv.max_inflight, srv.inflight)
+                try: self.act(act)
+                finally:
+                    with srv.lock: srv.inflight -= 1
+            def act(self, act):
+                if act == 'drop': return
+                if act == 'hang': srv.stop.wait(10); return
+                if isinstance(act, tuple) and act[0] == 'sleep': time.sleep(act[1]); act = 'ok'
+                hdr = {}
+                if isinstance(act, tuple) and act[0] == 'retry-after': hdr, act = {'Retry-After': str(act[1])}, 429
+                if act == 'ok': code, data = 200, json.dumps(OK).encode()
+                elif act == 'malformed': code, data = 200, json.dumps(OK).encode()[:40]
+                elif act == 'nochoices': code, data = 200, b'{"object": "error", "message": "upstream reset"}'
+                else: code, data = act, json.dumps({'error': {'message': f'scripted {act}', 'code': act}}).encode()
+                self.send_response(code)
+                for k, v in {'Content-Type': 'application/json', 'Content-Length': str(len(data)), **hdr}.items(): self.send_header(k, v)
+                self.end_headers(); self.wfile.write(data)
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), H); self.httpd.daemon_threads = True
+        self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
+    def __enter__(self):
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start(); return self
+    def __exit__(self, *exc):
+        self.stop.set(); self.httpd.shutdown(); self.httpd.server_close()
+    @property
+    def gaps(self): return [b - a for a, b in zip(self.times, self.times[1:])]
+
+def chat(backend, messages=TEXT, **kw): return asyncio.run(backend.chat(messages, **kw))
+
+def fails(backend, messages=TEXT, **kw)->ModelError:
+    with pytest.raises(ModelError) as e: chat(backend, messages, **kw)
+    return e.value
+
+def test_reply_protocol_body_and_headers():
+    with Scripted('ok') as s:
+        llm = OpenAIChat(s.url + '/', 'm', api_key='sk-test', defaults={'temperature': 0.0, 'max_tokens': 64, 'top_p': 0.9})
+        assert isinstance(llm, ChatBackend)
+        r = chat(llm, IMAGE, temperature=0.7, stop=['\n\n'], seed=3)
+        r2 = chat(llm, CONT, continue_final=True)   # a second asyncio.run: a new loop, a new client
+    assert r == Reply('click(x=1, y=2)', 12, 5, r.seconds, 1, 'm', s.url) and 0 < r.seconds < 5
+    b = s.bodies[0]
+    assert (b['model'], b['temperature'], b['max_tokens'], b['top_p'], b['stop'], b['seed']) == ('m', 0.7, 64, 0.9, ['\n\n'], 3)
+    assert 'frequency_penalty' not in b and 'continue_final_message' not in b
+    assert s.headers[0]['Authorization'] == 'Bearer sk-test'
+    part = b['messages'][0]['content'][0]
+    assert part['type'] == 'image_url' and part['image_url']['url'].startswith('data:image/png;base64,')
+    png = Image.open(io.BytesIO(base64.b64decode(part['image_url']['url'].split(',', 1)[1])))
+    assert (png.format, png.size) == ('PNG', SHOT.size) and png.convert('RGB').tobytes() == SHOT.tobytes()
+    c = s.bodies[1]
+    assert (c['continue_final_message'], c['add_generation_prompt']) == (True, False) and r2.attempts == 1
+    assert c['messages'][-1] == {'role': 'assistant', 'content': [{'type': 'text', 'text': PREFIX}]}
+
+def test_messages_helpers():
+    png = io.BytesIO(); SHOT.save(png, format='PNG')
+    jpg = io.BytesIO(); SHOT.save(jpg, format='JPEG')
+    assert image_part(png.getvalue()) == image_part(SHOT)
+    assert base64.b64decode(image_part(jpg.getvalue())['image_url']['url'].split(',', 1)[1])[:8] == b'\x89PNG\r\n\x1a\n'
+    wire = to_openai_messages(IMAGE + [{'role': 'assistant', 'content': 'ok'}, {'role': 'user', 'content': [image_part(SHOT)]}])
+    assert [p['type'] for p in wire[0]['content']] == ['image_url', 'text'] and wire[1]['content'] == 'ok'
+    assert wire[2]['content'][0] == image_part(SHOT) and IMAGE[0]['content'][0]['type'] == 'image'
+
+def test_dropped_connections_are_retried_with_exponential_backoff():
+    with Scripted('drop', 'drop', 'ok') as s:
+        t0 = time.monotonic()
+        r = chat(OpenAIChat(s.url, 'm', retries=3, backoff=0.1))
+        dt = time.monotonic() - t0
+    assert (r.attempts, len(s.bodies), r.text) == (3, 3, 'click(x=1, y=2)')
+    g1, g2 = s.gaps                                  # 0.1 then 0.2 s, each with up to 25% jitter
+    assert 0.1 <= g1 < 0.1 * 1.25 + 0.15 and 0.2 <= g2 < 0.2 * 1.25 + 0.15 and dt < 1.5
+
+def test_5xx_429_and_bad_200s_are_retried():
+    with Scripted(500, 503, 'ok') as s: r = chat(OpenAIChat(s.url, 'm', backoff=0.01))
+    assert (r.attempts, len(s.bodies)) == (3, 3)
+    with Scripted('malformed', 'nochoices', 'ok') as s: r = chat(OpenAIChat(s.url, 'm', backoff=0.01))
+    assert (r.attempts, len(s.bodies), r.prompt_tokens) == (3, 3, 12)
+    with Scripted(('retry-after', 0.3), 'ok') as s: r = chat(OpenAIChat(s.url, 'm', backoff=0.01))
+    assert r.attempts == 2 and 0.3 <= s.gaps[0] < 1.0  # Retry-After beats the 0.01 s backoff
+
+@pytest.mark.parametrize('status', [400, 401, 404, 422])
+def test_other_4xx_fail_at_once_naming_the_endpoint(status):
+    with Scripted(status) as s: e = fails(OpenAIChat(s.url, 'qwen32b', backoff=0.01))
+    assert (e.status, e.attempts, len(s.bodies)) == (status, 1, 1)
+    assert s.url in str(e) and "'qwen32b'" in str(e) and f'HTTP {status}' in str(e) and f'scripted {status}' in str(e)
+
+def test_exhausted_retries_report_the_last_cause_and_the_count():
+    with Scripted(503) as s: e = fails(OpenAIChat(s.url, 'm', retries=2, backoff=0.01))
+    assert (e.status, e.attempts, len(s.bodies)) == (503, 3, 3) and 'failed after 3 attempts: HTTP 503' in str(e)
+    with Scripted('malformed') as s: e = fails(OpenAIChat(s.url, 'm', retries=1, backoff=0.01))
+    assert e.attempts == 2 and 'malformed JSON' in str(e)
+    with socket.socket() as sock: sock.bind(('127.0.0.1', 0)); port = sock.getsockname()[1]   # nothing listens there
+    e = fails(OpenAIChat(f'http://127.0.0.1:{port}/v1', 'm', retries=1, backoff=0.01))
+    assert e.attempts == 2 and 'ConnectError' in str(e) and f'127.0.0.1:{port}' in str(e)
+
+def test_a_server_that_never_answers_times_out_each_attempt():
+    with Scripted('hang') as s:
+        t0 = time.monotonic()
+        e = fails(OpenAIChat(s.url, 'm', timeout=0.3, retries=1, backoff=0.01))
+        dt = time.monotonic() - t0
+    assert (e.attempts, len(s.bodies)) == (2, 2) and 'no answer within 0.3 s' in str(e) and 0.6 <= dt < 1.5
+
+def test_concurrency_limit():
+    async def burst(llm, n=6):
+        try: return await asyncio.gather(*[llm.chat(TEXT) for _ in range(n)])
+        finally: await llm.aclose()
+    with Scripted(('sleep', 0.2)) as s:
+        t0 = time.monotonic()
+        rs = asyncio.run(burst(OpenAIChat(s.url, 'm', max_concurrency=2)))
+        dt = time.monotonic() - t0
+    assert len(rs) == 6 and s.max_inflight == 2 and dt >= 0.6     # three waves of two
+    with Scripted(('sleep', 0.2)) as s: asyncio.run(burst(OpenAIChat(s.url, 'm', max_concurrency=6)))
+    assert s.max_inflight > 2                                       # the limit, not the server, was the bound
+
+def test_from_settings():
+    s = get_settings(env={}, judge_url='http://gpu3:8002/v1', judge_model='judge-7b', api_key='k', request_timeout=30)
+    j = OpenAIChat.from_settings('judge', s, retries=1)
+    assert (j.url, j.model, j.api_key, j.timeout, j.retries) == ('http://gpu3:8002/v1/chat/completions', 'judge-7b', 'k', 30.0, 1)
+    with pytest.raises(ValueError): OpenAIChat.from_settings('critic', s)
+    import pickle                                   # backends and errors travel to worker processes
+    assert repr(pickle.loads(pickle.dumps(j))) == repr(j)
+    e = pickle.loads(pickle.dumps(ModelError('http://x/v1', 'm', 'HTTP 500: boom', 4, 500)))
+    assert (e.attempts, e.status, str(e)) == (4, 500, "chat request to http://x/v1 (model 'm') failed after 4 attempts: HTTP 500: boom")
+
+# ------------------------------------------------------------------ the tiny model, in process and served
+
+# the fixtures `tiny`, `local` and `served` (a real `transformers serve` over the tiny model) are in conftest.py
+
+def test_tiny_model_folder_is_standard(tiny, local):
+    cfg = json.loads((tiny/'processor_config.json').read_text())
+    assert cfg['processor_class'] == 'Qwen2_5_VLProcessor' and (tiny/'chat_template.jinja').is_file()
+    assert type(local.processor).__name__ == 'Qwen2_5_VLProcessor' and type(local.model).__name__ == 'Qwen2_5_VLForConditionalGeneration'
+    x = local.encode(IMAGE)
+    assert (x['input_ids'] == local.model.config.image_token_id).sum() == 64 and x['image_grid_thw'].tolist() == [[1, 16, 16]]
+
+def test_local_image_text_and_token_counts(local, tiny):
+    r_img, r_txt = chat(local, IMAGE, max_tokens=6), chat(local, TEXT, max_tokens=6)
+    assert isinstance(local, ChatBackend) and isinstance(r_img.text, str)
+    assert r_img.prompt_tokens - r_txt.prompt_tokens == IMG_TOKENS
+    assert r_img.prompt_tokens == local.encode(IMAGE)['input_ids'].shape[1]
+    assert 1 <= r_img.completion_tokens <= 6 and r_img.attempts == 1 and r_img.endpoint == f'local:{tiny}' and r_img.model == str(tiny)
+    png = io.BytesIO(); SHOT.save(png, format='PNG')   # bytes and data-URL images give the same prompt as a PIL image
+    for part in ({'type': 'image', 'image': png.getvalue()}, image_part(SHOT)):
+        assert chat(local, [{'role': 'user', 'content': [part, IMAGE[0]['content'][1]]}], max_tokens=1).prompt_tokens == r_img.prompt_tokens
+
+def test_local_continue_final_continues_the_prefix(local):
+    ids = local.encode(CONT, continue_final=True)['input_ids'][0].tolist()
+    tok = local.tokenizer
+    pre, head = tok.encode(PREFIX), tok.encode('<|im_start|>assistant\n')
+    start = max(i for i, t in enumerate(ids) if t == tok.convert_tokens_to_ids('<|im_start|>'))   # the last turn's header
+    assert ids[start:] == head + pre                      # ends with the prefix's own tokens ...
+    assert tok.convert_tokens_to_ids('<|im_end|>') not in ids[start:]   # ... and the turn is left open
+    closed = local.encode(CONT)['input_ids'][0].tolist()         # without: the turn is closed and a new one opened
+    assert closed[:len(ids)] == ids and local.tokenizer.decode(closed[len(ids):]) == '<|im_end|>\n<|im_start|>assistant\n'
+    r = chat(local, CONT, continue_final=True, max_tokens=5)
+    assert r.prompt_tokens == len(ids) and 1 <= r.completion_tokens <= 5 and not r.text.startswith(PREFIX)
+    with pytest.raises(ValueError, match='assistant message last'): chat(local, IMAGE, continue_final=True)
+
+def test_local_errors_name_the_model(local, tiny):
+    e = fails(local, [{'role': 'user', 'content': [{'type': 'image', 'image': b'not an image'}]}])
+    assert f'local:{tiny}' in str(e) and 'UnidentifiedImageError' in str(e)
+
+def test_local_sampling_parameters(local):
+    greedy = [chat(local, TEXT, temperature=0, max_tokens=8) for _ in range(2)]
+    assert greedy[0].text == greedy[1].text
+    a, b = (chat(local, TEXT, temperature=1.0, seed=7, max_tokens=8) for _ in range(2))
+    assert (a.text, a.completion_tokens) == (b.text, b.completion_tokens)           # a seed makes sampling repeatable
+    assert len({chat(local, TEXT, temperature=1.0, seed=s, max_tokens=8).text for s in range(4)}) > 1   # and it does sample
+    kw = local._generate_kwargs({'temperature': 0.7, 'top_p': 0.9, 'max_tokens': 3, 'stop': ['\n'], 'frequency_penalty': 1.0}, 10)
+    assert (kw['do_sample'], kw['temperature'], kw['top_p'], kw['max_new_tokens'], kw['stop_strings']) == (True, 0.7, 0.9, 3, ['\n'])
+    assert local.model.config.image_token_id in kw['suppress_tokens']
+    assert local._generate_kwargs({'temperature': 0}, 10)['do_sample'] is False
+    assert chat(local, TEXT, frequency_penalty=1.5, temperature=0, max_tokens=8).completion_tokens <= 8
+    t = greedy[0].text                                      # a stop string cuts the text where it first appears
+    if len(t) >= 2:
+        stop = t[len(t) // 2]
+        r = chat(local, TEXT, temperature=0, max_tokens=8, stop=[stop])
+        assert r.text == t[:t.index(stop)] and r.completion_tokens <= greedy[0].completion_tokens
+
+def test_local_frequency_penalty_is_openais():
+    import torch
+    from coda.models import _FrequencyPenalty
+    ids = torch.tensor([[5, 1, 2, 2, 3, 2]])                 # prompt [5, 1], generated [2, 2, 3, 2]
+    out = _FrequencyPenalty(0.5, prompt_len=2)(ids, torch.zeros(1, 6))
+    assert out.tolist() == [[0, 0, -1.5, -0.5, 0, 0]]
+
+def test_serve_text_and_image(served, tiny, local):
+    llm = OpenAIChat(served, str(tiny), timeout=60)
+    r_img, r_txt = chat(llm, IMAGE, max_tokens=6), chat(llm, TEXT, max_tokens=6)
+    assert r_img.prompt_tokens - r_txt.prompt_tokens == IMG_TOKENS
+    assert r_img.prompt_tokens == local.encode(IMAGE)['input_ids'].shape[1]   # the server's prompt is LocalChat's
+    assert r_img.completion_tokens <= 6 and r_img.attempts == 1 and r_img.endpoint == served and r_img.model.startswith(str(tiny))
+    raw = __import__('httpx').post(served + '/chat/completions', timeout=60, json=llm.request_body(IMAGE, max_tokens=4)).json()
+    assert raw['object'] == 'chat.completion' and raw['choices'][0]['message']['role'] == 'assistant'
+    assert raw['usage']['total_tokens'] == raw['usage']['prompt_tokens'] + raw['usage']['completion_tokens']
+    async def three():
+        try: return await asyncio.gather(*[llm.chat(IMAGE, max_tokens=4) for _ in range(3)])
+        finally: await llm.aclose()
+    assert [r.prompt_tokens for r in asyncio.run(three())] == [r_img.prompt_tokens] * 3
+
+def test_serve_final_assistant_turn_is_not_continued(served, tiny, local):
+    """transformers serve 5.23 rejects vLLM's continuation fields (422, not retried) and renders a final assistant
+    message as a closed turn followed by a new `<|im_start|>assistant`: it cannot continue a prefix."""
+    llm = OpenAIChat(served, str(tiny), timeout=60, backoff=0.01)
+    e = fails(llm, CONT, continue_final=True, max_tokens=4)
+    assert (e.status, e.attempts) == (422, 1) and 'continue_final_message' in str(e) and served in str(e)
+    r = chat(llm, CONT, max_tokens=4)
+    closed, open_ = (local.encode(CONT, continue_final=c)['input_ids'].shape[1] for c in (False, True))
+    assert r.prompt_tokens == closed > open_
+    e = fails(OpenAIChat(served, 'another-model', backoff=0.01))   # the server is pinned to its folder: a 400, not retried
+    assert (e.status, e.attempts) == (400, 1) and 'pinned' in str(e)
