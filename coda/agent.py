@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['STOPS', 'AgentConfig', 'run_sync', 'Agent']
 
-# %% ../nbs/07_agent.ipynb #5e454c61
+# %% ../nbs/07_agent.ipynb #0efd10de
 import asyncio, time, traceback
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -13,7 +13,7 @@ from .actions import Action, parse_action, model_frame, MIN_PIXELS, MAX_PIXELS
 from .prompts import Conversation, user_turn, split_planner
 from .envs.core import Observation
 
-# %% ../nbs/07_agent.ipynb #a7ca843b
+# %% ../nbs/07_agent.ipynb #d53c0162
 @dataclass
 class AgentConfig:
     "How the agent runs; the defaults follow CODA's reference code"
@@ -34,7 +34,7 @@ class AgentConfig:
     @property
     def frame(self)->tuple: return model_frame(self.screen, self.min_pixels, self.max_pixels)
 
-# %% ../nbs/07_agent.ipynb #17ca368f
+# %% ../nbs/07_agent.ipynb #a6cd0738
 def run_sync(coro):
     "Run a coroutine to completion from sync code, also inside Jupyter or another running event loop"
     try: asyncio.get_running_loop()
@@ -42,15 +42,15 @@ def run_sync(coro):
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
 
-# %% ../nbs/07_agent.ipynb #4c89b78f
-STOPS = ('DONE', 'ANS', 'FAIL', 'STUCK', 'BUDGET', 'ERROR')
+# %% ../nbs/07_agent.ipynb #d625a223
+STOPS = ('DONE', 'ANS', 'FAIL', 'STUCK', 'BUDGET', 'ERROR', 'TIMEOUT')  # TIMEOUT: set by the rollout's episode time limit
 
 def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.enter, a.keys, a.direction) for a in acts)
 
 def _usage(r, prefix):
     return {f'{prefix}_prompt_tokens': getattr(r, 'prompt_tokens', None), f'{prefix}_completion_tokens': getattr(r, 'completion_tokens', None)}
 
-# %% ../nbs/07_agent.ipynb #1fddb95e
+# %% ../nbs/07_agent.ipynb #76d5c997
 class Agent:
     "CODA's planner–executor agent over any two chat backends"
     def __init__(self, planner, executor, config:AgentConfig|None=None):

@@ -5,19 +5,19 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #7a77eb6a
+# %% ../nbs/90_cli.ipynb #d1c3d202
 import argparse, json, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #4a6cd868
+# %% ../nbs/90_cli.ipynb #33cb99fc
 def default_notebooks(nbs:Path=NBS)->list:
     "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
     tables = sorted(nbs.glob('2*_table*.ipynb'))
     return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #fcda573b
+# %% ../nbs/90_cli.ipynb #8f4fc337
 def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
@@ -47,7 +47,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #5f933eff
+# %% ../nbs/90_cli.ipynb #251b69fe
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -80,7 +80,7 @@ def _cmd_reproduce(a):
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #595ed2bd
+# %% ../nbs/90_cli.ipynb #e006fda7
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -108,7 +108,8 @@ def _cmd_eval(a):
     print(f"{len(tasks)} tasks x {a.n} samples -> {run}\nplanner  {s.planner_model} @ {s.planner_url}\nexecutor {s.executor_model} @ {s.executor_url}", flush=True)
     out = evaluate(tasks, lambda: make_env(a.env, **opts), planner, executor, run, n=a.n, workers=a.workers, config=cfg,
                    ks=a.k or (1,), run_info={'planner': f'{s.planner_model}@{s.planner_url}', 'executor': f'{s.executor_model}@{s.executor_url}',
-                                           'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks)})
+                                           'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks)},
+                   episode_timeout=a.episode_timeout)
     print(out['markdown'])
     if a.html:
         from coda.store import to_html
@@ -117,7 +118,7 @@ def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #1fbfe333
+# %% ../nbs/90_cli.ipynb #cd777a2c
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -161,6 +162,7 @@ def build_parser()->argparse.ArgumentParser:
         c.add_argument(f'--{role}-temperature', type=float, help=f'{role} temperature (default 1.0, as the reference)')
     c.add_argument('--api-key', help='API key for both endpoints (default: settings)')
     c.add_argument('--no-continue', action='store_true', help="executor writes a fresh reply instead of continuing the planner's thought")
+    c.add_argument('--episode-timeout', type=float, help='seconds an episode may take; longer ones count as failed timeouts')
     c.add_argument('--html', action='store_true', help='also write the trajectory viewer (viewer.html in the run folder)')
     c.set_defaults(fn=_cmd_eval)
     c = sub.add_parser('view', help='write the static HTML trajectory viewer of a run folder')
@@ -168,7 +170,7 @@ def build_parser()->argparse.ArgumentParser:
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #d32625b9
+# %% ../nbs/90_cli.ipynb #3ac8bf50
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)

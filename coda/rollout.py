@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['run_episodes', 'evaluate']
 
-# %% ../nbs/10_rollout.ipynb #f730543e
+# %% ../nbs/10_rollout.ipynb #e0a81972
 import asyncio, time, json, traceback
 from pathlib import Path
 from typing import Callable, Sequence
 from .agent import Agent, AgentConfig, run_sync
 from .store import RunStore
 
-# %% ../nbs/10_rollout.ipynb #a19226a9
+# %% ../nbs/10_rollout.ipynb #5da90b0c
 def _close(env):
     try: env.close()
     except Exception: pass
@@ -24,6 +24,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
                        n:int=1,                  # samples per task
                        workers:int=4,            # episodes run at the same time (one environment each)
                        progress:bool=True,       # show a progress bar
+                       episode_timeout:float|None=None, # seconds an episode may take; then it ends as a timeout (a failure)
                       )->list: # the results of the episodes run now (finished ones are skipped)
     "Run every (task, sample) not yet finished in `store`, `workers` at a time"
     from tqdm.auto import tqdm
@@ -42,14 +43,19 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
             writer = store.start(task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps, 'worker': w})
             try:
                 if env is None: env = await asyncio.to_thread(make_env)
-                res = await agent.run(env, task, on_step=writer.add_step)
+                res = await asyncio.wait_for(agent.run(env, task, on_step=writer.add_step), episode_timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                res = dict(stop='TIMEOUT', status='timeout', score=0.0, steps=writer.n, answer=None,
+                           reason=f'episode took longer than {episode_timeout} s')
             except Exception as e:  # the agent never raises for model/env errors; this is a bug or a failed make_env
                 res = dict(stop='ERROR', status='error', score=0.0, steps=0, answer=None, reason=f'{type(e).__name__}: {e}',
                            error=traceback.format_exc(limit=5))
             res = {'app': task.app, 'task': task.id, 'sample': sample, **res}
             writer.finish(res)
             results.append(res)
-            if res.get('status') != 'done' and env is not None:
+            if res.get('status') == 'timeout' and env is not None:  # its thread may still be busy: close it in the background
+                asyncio.get_running_loop().run_in_executor(None, _close, env); env = None
+            elif res.get('status') != 'done' and env is not None:
                 await asyncio.to_thread(_close, env); env = None
             wins[0] += (res.get('score') or 0) >= 1; wins[1] += 1
             bar.set_postfix_str(f"success {wins[0]}/{wins[1]} this session"); bar.update(1)
@@ -58,7 +64,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
     finally: bar.close()
     return results
 
-# %% ../nbs/10_rollout.ipynb #339bf571
+# %% ../nbs/10_rollout.ipynb #67ce8fdf
 def evaluate(tasks:Sequence,          # the task set
              make_env:Callable,       # () -> a new Env
              planner,                 # planner chat backend
@@ -70,12 +76,13 @@ def evaluate(tasks:Sequence,          # the task set
              ks:Sequence=(1,),        # Pass@k columns besides Pass@n
              progress:bool=True,
              run_info:dict|None=None, # extra settings recorded in run.json
+             episode_timeout:float|None=None, # seconds an episode may take (a timeout counts as a failure)
             )->dict: # {'records', 'table', 'markdown'}
     "Run n samples of every task into `run_dir` (resumably), then compute Average@1/@n and Pass@k per app"
     from coda.metrics import success_table, table_markdown
     config = config or AgentConfig()
     store = RunStore(run_dir, {'n': n, 'tasks': len(tasks), 'screen': list(config.screen), 'agent': {k: v for k, v in vars(config).items()}, **(run_info or {})})
-    run_sync(run_episodes(tasks, make_env, Agent(planner, executor, config), store, n=n, workers=workers, progress=progress))
+    run_sync(run_episodes(tasks, make_env, Agent(planner, executor, config), store, n=n, workers=workers, progress=progress, episode_timeout=episode_timeout))
     records = store.records()
     keys = [(t.app, t.id) for t in tasks]
     table = success_table(records, tasks=keys, n=n, ks=sorted({*ks, n}))
