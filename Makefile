@@ -3,21 +3,22 @@
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed
+# the stamp is named by the dependency files' content, not their dates (tools may rewrite them unchanged)
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-16)
 UITARS5 := $(VENV)/opt/ui-tars-0.5.1
 
 .PHONY: setup sysdeps reproduce test check lib readme clean-runs help
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## / -- /'
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP):
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coda needs Python >= 3.11")'
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || { echo "'$(PY) -m venv' failed: on Debian install python3-venv (apt-get install python3-venv)"; exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	# the newest official UI-TARS parser, beside 0.1.4, for the differential tests (loaded in a subprocess)
 	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(UITARS5) ui-tars==0.5.1
-	@touch $(STAMP)
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install coda with its dev extras
 
