@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['FUNCS', 'SAMPLES', 'COLORS', 'DEFAULT_VIEW', 'TABS', 'PLOT_BOX', 'CalcError', 'calc', 'fmt', 'Algebra']
 
-# %% ../../nbs/05b_algebra.ipynb #5a6f0608
+# %% ../../nbs/05b_algebra.ipynb #b83d31f5
 import ast, math, operator
 from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, panel, label, button, checkbox, text_field,
                                list_box, menu_bar, dialog, text_width, _draw_children)
 
-# %% ../../nbs/05b_algebra.ipynb #f8a51134
+# %% ../../nbs/05b_algebra.ipynb #4c59a5d8
 FUNCS = {'sin': (math.sin, 1, 'sine of an angle'), 'cos': (math.cos, 1, 'cosine of an angle'), 'tan': (math.tan, 1, 'tangent of an angle'),
          'asin': (math.asin, 1, 'inverse sine'), 'acos': (math.acos, 1, 'inverse cosine'), 'atan': (math.atan, 1, 'inverse tangent'),
          'sinh': (math.sinh, 1, 'hyperbolic sine'), 'cosh': (math.cosh, 1, 'hyperbolic cosine'), 'tanh': (math.tanh, 1, 'hyperbolic tangent'),
@@ -65,7 +65,7 @@ def fmt(v:float, precision:int=6)->str:
     s = f'{v:.{precision}f}'.rstrip('0').rstrip('.')
     return '0' if s in ('-0', '') else s
 
-# %% ../../nbs/05b_algebra.ipynb #f0ee82d0
+# %% ../../nbs/05b_algebra.ipynb #1e8cc8fc
 SAMPLES = (-3, -2, -1, -0.5, 0, 0.5, 1, 2, 3)   # x values at which each plot's y is exposed to checkers
 COLORS = {'blue': (52, 101, 196), 'red': (210, 50, 50), 'green': (40, 150, 70), 'orange': (230, 140, 30), 'black': (20, 20, 20)}
 DEFAULT_VIEW = dict(xmin=-10.0, xmax=10.0, ymin=-6.0, ymax=6.0)
@@ -134,7 +134,7 @@ class Algebra(SciApp):
                     export=st['export'], plots=[dict(expr=p['expr'], color=p['color'], samples=self._samples(p['expr'])) for p in st['plots']],
                     dialog=None if not self.ui.get('dialog') else getattr(self.ui['dialog'], 'title', 'dialog'))
 
-# %% ../../nbs/05b_algebra.ipynb #4f9a980a
+# %% ../../nbs/05b_algebra.ipynb #2d70b54f
 def _tab(name):
     def f(app): app.state['tab'] = name; app.ui['focus'] = None
     return f
@@ -180,7 +180,7 @@ def _clear_vars(app): app.state['vars'] = {}
 def _reset_view(app): app.state['view'] = dict(DEFAULT_VIEW)
 def _new_session(app): app.state.update(vars={}, log=[], plots=[], view=dict(DEFAULT_VIEW))
 
-# %% ../../nbs/05b_algebra.ipynb #7a9a6b45
+# %% ../../nbs/05b_algebra.ipynb #eba79a04
 def _menus(self):
     s = self.state['settings']
     return {'File': [MenuItem('New session', _new_session, 'ctrl+n'), MenuItem('Export log…', lambda app: app.open_dialog(_export_dialog), 'ctrl+e')],
@@ -194,7 +194,7 @@ def _menus(self):
 Algebra.menus = _menus
 Algebra.shortcuts = lambda self: {it.shortcut: it.action for items in self.menus().values() for it in items if it is not None and it.shortcut}
 
-# %% ../../nbs/05b_algebra.ipynb #a6d4507f
+# %% ../../nbs/05b_algebra.ipynb #6f797f3c
 def _plot_canvas(app):
     st, v = app.state, app.state['view']
     x1, y1, x2, y2 = PLOT_BOX
@@ -233,6 +233,34 @@ def _plot_canvas(app):
         dx = (xb - xa) / (x2 - x1) * (v['xmax'] - v['xmin']); dy = (yb - ya) / (y2 - y1) * (v['ymax'] - v['ymin'])
         v['xmin'] -= dx; v['xmax'] -= dx; v['ymin'] += dy; v['ymax'] += dy
     return Widget('canvas', 'Plot', PLOT_BOX, draw=draw, on_scroll=zoom, on_drag=pan, on_click=lambda app, x, y, n: None)
+
+def _edit_dialog_for(name):
+    "The dialog that edits a plotted function (opened by double-clicking it)"
+    def build(app):
+        p = app._plot_named(name)
+        def ok(app):
+            v = app.ui['fields'].get('Function', '').strip()
+            if p is not None and v:
+                try: calc(v, {**app.state['vars'], 'x': 0.7}, app._deg())
+                except CalcError as e:
+                    if 'unknown' in str(e) or 'cannot' in str(e): app.set_status(f'Error: {e}'); return
+                p['expr'] = v; app.ui['plot_sel'] = f'y = {v}'
+            app.close_dialog()
+        x, y = 440, 300
+        return dialog('Edit function', (x, y, x + 400, y + 160), [
+            label((x + 20, y + 45, x + 380, y + 65), 'y ='),
+            text_field(app, (x + 20, y + 72, x + 380, y + 100), 'Function', on_enter=lambda app, t: ok(app)),
+            button((x + 190, y + 118, x + 280, y + 146), 'OK', ok, default=True),
+            button((x + 290, y + 118, x + 380, y + 146), 'Cancel', lambda app: app.close_dialog())])
+    build.title = 'Edit function'
+    return build
+
+def _edit_plot(app, name):
+    p = app._plot_named(name)
+    if p is None: return
+    app.ui['fields']['Function'] = p['expr']
+    app.open_dialog(_edit_dialog_for(name))
+    app.ui['focus'] = 'Function'
 
 def _color_menu(app, name, x, y):
     p = app._plot_named(name)
@@ -275,7 +303,8 @@ def _build(self):
         names = [f"y = {p['expr']}" for p in st['plots']]
         sel = self.ui.get('plot_sel')
         def select(app, it): app.ui['plot_sel'] = it
-        root.add(list_box(self, (10, 118, 330, 560), 'Functions', names, selected=sel, on_select=select, on_right=lambda app, it, x, y: _color_menu(app, it, x, y)))
+        root.add(list_box(self, (10, 118, 330, 560), 'Functions', names, selected=sel, on_select=select, on_activate=_edit_plot,
+                          on_right=lambda app, it, x, y: _color_menu(app, it, x, y)))
         root.add(text_field(self, (10, 572, 330, 604), 'Add function', on_enter=lambda app, t: app._add_plot(t), placeholder='e.g. x^2 - 1'))
         root.add(button((10, 612, 160, 642), 'Add', lambda app: app._add_plot(app.ui['fields'].get('Add function', ''))))
         def remove(app):
