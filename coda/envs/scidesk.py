@@ -7,7 +7,7 @@ __all__ = ['W', 'H', 'COL', 'APPS', 'TASKS_DIR', 'font', 'text_width', 'Canvas2D
            'checkbox', 'text_field', 'list_box', 'MenuItem', 'menu_bar', 'popup_menu', 'dialog', 'SciApp', 'find',
            'oracle_actions', 'run_oracle', 'app_class', 'scidesk_tasks', 'SciDesk', 'random_actions', 'run_random']
 
-# %% ../../nbs/05a_scidesk.ipynb #2a77587e
+# %% ../../nbs/05a_scidesk.ipynb #5327e308
 import functools, math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 from ..actions import Action
 from .core import Observation, Element
 
-# %% ../../nbs/05a_scidesk.ipynb #b71b4d3c
+# %% ../../nbs/05a_scidesk.ipynb #332f37f7
 W, H = 1280, 800
 COL = dict(bg=(240, 240, 243), panel=(250, 250, 252), border=(170, 172, 180), text=(25, 25, 30), dim=(110, 112, 120),
            accent=(52, 101, 196), sel=(205, 220, 245), title=(58, 62, 74), menu=(232, 233, 238), field=(255, 255, 255),
@@ -29,6 +29,7 @@ def _mask(text, size):
     m = font(size).getmask(text, mode='L')
     return Image.frombytes('L', m.size, bytes(m)) if m.size[0] and m.size[1] else None
 
+@functools.lru_cache(maxsize=16384)
 def text_width(text:str, size:int=13)->int: return int(font(size).getlength(text))
 
 class Canvas2D:
@@ -45,7 +46,7 @@ class Canvas2D:
         m = _mask(text, size)
         if m is not None: self.img.paste(fill, (int(xy[0]), int(xy[1]) + 2), m)
 
-# %% ../../nbs/05a_scidesk.ipynb #c62e4481
+# %% ../../nbs/05a_scidesk.ipynb #4489c407
 @dataclass(eq=False)
 class Widget:
     "A box on screen with a role, a name, states, children and event handlers"
@@ -76,7 +77,7 @@ class Widget:
     def add(self, *ws):
         self.children.extend(ws); return self
 
-# %% ../../nbs/05a_scidesk.ipynb #e2e96f8b
+# %% ../../nbs/05a_scidesk.ipynb #f0db7a5b
 def _draw_children(cv, w):
     for c in w.children:
         if c.draw: c.draw(cv, c)
@@ -109,7 +110,7 @@ def checkbox(box, name, checked, on_toggle)->Widget:
         cv.text((x + 20, y - 2), name)
     return Widget('check box', name, box, ('checked',) if checked else (), draw=draw, on_click=lambda app, x, y, n: on_toggle(app, not checked))
 
-# %% ../../nbs/05a_scidesk.ipynb #ece3f1eb
+# %% ../../nbs/05a_scidesk.ipynb #e5d24d40
 def text_field(app, box, name, on_enter=None, placeholder='')->Widget:
     "A one-line text field whose buffer lives in `app.ui['fields'][name]`; click focuses; Enter calls `on_enter(app, text)`"
     buf = app.ui['fields'].get(name, '')
@@ -138,7 +139,7 @@ def text_field(app, box, name, on_enter=None, placeholder='')->Widget:
         return False
     return Widget('text field', name, box, ('focused',) if focused else (), draw=draw, on_click=click, on_key=key, value=buf)
 
-# %% ../../nbs/05a_scidesk.ipynb #cb261bb8
+# %% ../../nbs/05a_scidesk.ipynb #ea13181e
 def list_box(app, box, name, items, selected=None, on_select=None, on_activate=None, on_right=None, row_h=22)->Widget:
     "A scrollable list; rows are children (role 'list item'); click selects, double click activates, wheel scrolls"
     off = min(app.ui['scroll'].get(name, 0), max(0, len(items) - 1))
@@ -168,7 +169,7 @@ def list_box(app, box, name, items, selected=None, on_select=None, on_activate=N
     w.draw = draw
     return w
 
-# %% ../../nbs/05a_scidesk.ipynb #09c2c41a
+# %% ../../nbs/05a_scidesk.ipynb #c3baad28
 @dataclass
 class MenuItem:
     "One menu entry"
@@ -225,7 +226,7 @@ def popup_menu(app, items:list, x, y, name='')->Widget:
     pop.on_click = lambda app, x, y, n: None  # clicks on gaps inside the popup do nothing
     return pop
 
-# %% ../../nbs/05a_scidesk.ipynb #0b0ddcf4
+# %% ../../nbs/05a_scidesk.ipynb #2eeaad63
 def dialog(title, box, children:list)->Widget:
     "A modal dialog window with a title bar"
     dlg = Widget('dialog', title, box)
@@ -239,7 +240,7 @@ def dialog(title, box, children:list)->Widget:
     dlg.on_click = lambda app, x, y, n: None
     return dlg
 
-# %% ../../nbs/05a_scidesk.ipynb #769a39a2
+# %% ../../nbs/05a_scidesk.ipynb #009cba70
 class SciApp:
     "Base of the scidesk apps: the Env protocol over an immediate-mode widget tree"
     app_name = 'App'
@@ -393,7 +394,7 @@ class SciApp:
     def context_menu(self, items, x, y): self.ui['context'] = (items, x, y); self._dirty()
     def set_status(self, text): self.ui['status'] = text
 
-# %% ../../nbs/05a_scidesk.ipynb #620416f2
+# %% ../../nbs/05a_scidesk.ipynb #e351bcd7
 def find(obs:Observation, target:str)->Element:
     "The topmost element named `target` (or 'role:name') in the accessibility tree"
     role, _, name = target.partition(':') if ':' in target and target.split(':', 1)[0] in _ROLES else ('', '', target)
@@ -401,7 +402,7 @@ def find(obs:Observation, target:str)->Element:
     if not hits: raise LookupError(f"no element {target!r} on screen; names: {sorted({e.name for e in obs.a11y or [] if e.name})[:60]}")
     return hits[-1]
 
-_ROLES = {'button', 'menu', 'menu item', 'text field', 'list', 'list item', 'check box', 'label', 'tab', 'canvas', 'dialog', 'panel', 'row', 'cell', 'slider', 'status bar', 'heading', 'combo box'}
+_ROLES = {'button', 'menu', 'menu item', 'text field', 'list', 'list item', 'check box', 'label', 'tab', 'canvas', 'dialog', 'panel', 'row', 'cell', 'slider', 'status bar', 'heading', 'combo box', 'tree item', 'table', 'toolbar', 'radio button', 'title'}
 
 def _centre(e): return ((e.bbox[0] + e.bbox[2]) / 2, (e.bbox[1] + e.bbox[3]) / 2)
 
@@ -435,7 +436,7 @@ def run_oracle(env, task)->tuple:
     for st in steps: obs = env.step(oracle_actions(st, obs))
     return env.evaluate(), len(steps)
 
-# %% ../../nbs/05a_scidesk.ipynb #71c7459a
+# %% ../../nbs/05a_scidesk.ipynb #19c8c512
 import importlib, random
 from ..paths import DATA
 from .core import register_env
@@ -475,7 +476,7 @@ class SciDesk:
 
 register_env('scidesk', SciDesk)
 
-# %% ../../nbs/05a_scidesk.ipynb #bd0c5c8c
+# %% ../../nbs/05a_scidesk.ipynb #2e4327e9
 def random_actions(obs:Observation, rng:random.Random)->list:
     "One step of a random policy that uses every action kind"
     els = [e for e in (obs.a11y or []) if e.bbox[2] > e.bbox[0]]
