@@ -9,23 +9,23 @@ __all__ = ['AU', 'LY', 'RSUN', 'J2000', 'KINDS', 'KIND_NAMES', 'AXES', 'BODIES',
            'GRIDS', 'ECLIPTIC', 'TEX_SIZES', 'GAS', 'ATMOSPHERES', 'RINGS', 'RENDER_DEFAULT', 'ORBITS_DEFAULT',
            'LABELS_DEFAULT', 'MARKS', 'STAR_STYLES', 'RESOLUTIONS', 'JD0', 'GOTO_RADII', 'DOLLY', 'MAX_RATE', 'TOP',
            'BOTTOM', 'DOCK', 'ORBIT_COLORS', 'LABEL_COLORS', 'GRID_COLORS', 'HUD', 'HUD_DIM', 'ORBIT_SHAPES',
-           'STAR_COLS', 'VO_TABS', 'CONTROLS', 'eq_to_ecl', 'lookup', 'jd_from_date', 'date_from_jd', 'fmt_date',
-           'parse_date', 'fmt_rate', 'pole', 'kepler', 'positions', 'spin', 'axis', 'star_color', 'texture', 'sphere',
-           'Camera', 'draw_polyline', 'Astronomy', 'fmt_dist', 'fmt_fov', 'body_magnitude', 'pick', 'object_menu',
-           'search_enter', 'info_lines', 'radio', 'find_dialog', 'goto_dialog', 'time_dialog', 'open_time',
-           'view_options', 'open_view_options', 'bookmark_dialog', 'open_bookmark', 'organize_dialog', 'image_dialog',
-           'controls_dialog', 'about_dialog']
+           'SKY_CACHE', 'STAR_COLS', 'VO_TABS', 'CONTROLS', 'eq_to_ecl', 'lookup', 'jd_from_date', 'date_from_jd',
+           'fmt_date', 'parse_date', 'fmt_rate', 'pole', 'kepler', 'positions', 'spin', 'axis', 'star_color', 'texture',
+           'sphere', 'Camera', 'draw_polylines', 'draw_polyline', 'Astronomy', 'fmt_dist', 'fmt_fov', 'body_magnitude',
+           'pick', 'object_menu', 'search_enter', 'info_lines', 'radio', 'find_dialog', 'goto_dialog', 'time_dialog',
+           'open_time', 'view_options', 'open_view_options', 'bookmark_dialog', 'open_bookmark', 'organize_dialog',
+           'image_dialog', 'controls_dialog', 'about_dialog']
 
-# %% ../../nbs/05e_astronomy.ipynb #4a9eb0df
-import math, re, zlib, functools
+# %% ../../nbs/05e_astronomy.ipynb #f8743457
+import math, re, zlib, functools, itertools, difflib
 from dataclasses import dataclass
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 from ..actions import Action
 from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, Canvas2D, panel, label, button, checkbox, text_field,
-                               list_box, menu_bar, dialog, text_width, _draw_children)
+                               list_box, menu_bar, dialog, text_width, font, _draw_children, _mask)
 
-# %% ../../nbs/05e_astronomy.ipynb #055247a1
+# %% ../../nbs/05e_astronomy.ipynb #754f1ab0
 AU, LY, RSUN, J2000 = 149_597_870.7, 9_460_730_472_580.8, 695_700.0, 2451545.0
 KINDS = ('star', 'planet', 'dwarf_planet', 'asteroid', 'comet', 'moon', 'minor_moon')
 KIND_NAMES = dict(star='Star', planet='Planet', dwarf_planet='Dwarf planet', asteroid='Asteroid', comet='Comet', moon='Moon', minor_moon='Minor moon')
@@ -93,7 +93,7 @@ for _b in BODIES.values():  # moons without their own inclination orbit in their
     _b['a_km'] = _b['a'] * (AU if _b['parent'] == 'Sol' else 1.0)
 CHILDREN = {n: [b for b, d in BODIES.items() if d['parent'] == n] for n in BODIES}
 
-# %% ../../nbs/05e_astronomy.ipynb #eb5413f5
+# %% ../../nbs/05e_astronomy.ipynb #48ed0814
 # name, RA deg, Dec deg, distance ly, absolute magnitude, spectral class, temperature K, radius in solar radii
 _S = [('Proxima Centauri', 217.429, -62.680, 4.24, 15.53, 'M5.5Ve', 3042, 0.15), ('Alpha Centauri A', 219.902, -60.834, 4.37, 4.38, 'G2V', 5790, 1.22),
       ('Alpha Centauri B', 219.896, -60.838, 4.37, 5.71, 'K1V', 5260, 0.86), ("Barnard's Star", 269.452, 4.693, 5.96, 13.21, 'M4.0V', 3134, 0.19),
@@ -145,7 +145,7 @@ def lookup(name:str)->str|None:
         if n.lower() == k: return n
     return ALIASES.get(k)
 
-# %% ../../nbs/05e_astronomy.ipynb #6d536f3e
+# %% ../../nbs/05e_astronomy.ipynb #df2d72d6
 MONTHS = ('Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec')
 JD_MIN, JD_MAX = 1721425.5, 5373484.5   # years 1 to 9999
 
@@ -191,7 +191,7 @@ def fmt_rate(scale:float, pause:bool=False)->str:
         txt = f"{'-' if scale < 0 else ''}{v:.6g}x {'faster' if s > 1 else 'slower'}"
     return txt + (' (paused)' if pause else '')
 
-# %% ../../nbs/05e_astronomy.ipynb #ae9f4c16
+# %% ../../nbs/05e_astronomy.ipynb #89b586a7
 def _add(a, b): return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
 def _sub(a, b): return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 def _mul(a, k): return (a[0] * k, a[1] * k, a[2] * k)
@@ -211,15 +211,19 @@ def pole(tilt:float, node:float)->tuple:
     t, n = math.radians(tilt), math.radians(node)
     return (math.sin(t) * math.sin(n), -math.sin(t) * math.cos(n), math.cos(t))
 
+@functools.lru_cache(maxsize=None)
+def _elements(name:str)->tuple:
+    "The constant factors of a body's orbit: a, e, a*sqrt(1-e^2) and the rotation into the ecliptic frame"
+    b = BODIES[name]; a, e = b['a_km'], b['e']
+    i, O, w = math.radians(b['i']), math.radians(b['node']), math.radians(b['peri'] - b['node'])
+    cO, sO, cw, sw, ci, si = math.cos(O), math.sin(O), math.cos(w), math.sin(w), math.cos(i), math.sin(i)
+    return (a, e, a * math.sqrt(1 - e * e), cO * cw - sO * sw * ci, cO * sw + sO * cw * ci, sO * cw + cO * sw * ci, cO * cw * ci - sO * sw, sw, cw, si)
+
 def _orbit_xyz(b, E):
     "Position on the orbit of body `b` at eccentric anomaly E, relative to its parent (km)"
-    a, e = b['a_km'], b['e']
-    i, O, w = math.radians(b['i']), math.radians(b['node']), math.radians(b['peri'] - b['node'])
-    x, y = a * (math.cos(E) - e), a * math.sqrt(1 - e * e) * math.sin(E)
-    cO, sO, cw, sw, ci, si = math.cos(O), math.sin(O), math.cos(w), math.sin(w), math.cos(i), math.sin(i)
-    return (x * (cO * cw - sO * sw * ci) - y * (cO * sw + sO * cw * ci),
-            x * (sO * cw + cO * sw * ci) + y * (cO * cw * ci - sO * sw),
-            x * sw * si + y * cw * si)
+    a, e, ab, p1, p2, q1, q2, sw, cw, si = _elements(b['name'])
+    x, y = a * (math.cos(E) - e), ab * math.sin(E)
+    return (x * p1 - y * p2, x * q1 + y * q2, x * sw * si + y * cw * si)
 
 def kepler(M:float, e:float)->float:
     "Eccentric anomaly for mean anomaly M (radians)"
@@ -231,13 +235,22 @@ def kepler(M:float, e:float)->float:
         if abs(dE) < 1e-12: break
     return E
 
+_KEP = [(n, b['parent'], b['L0'] - b['peri'], b['period'], b['e']) for n, b in BODIES.items() if b['parent'] is not None]
+
 def positions(jd:float)->dict:
     "Heliocentric positions (km) of every body at Julian date `jd`"
-    out = {}
-    for n, b in BODIES.items():
-        if b['parent'] is None: out[n] = (0.0, 0.0, 0.0); continue
-        M = math.radians(b['L0'] - b['peri'] + 360.0 * (jd - J2000) / b['period'])
-        out[n] = _add(out[b['parent']], _orbit_xyz(b, kepler(M, b['e'])))
+    out, dt, sin, cos, TAU = {'Sol': (0.0, 0.0, 0.0)}, 360.0 * (jd - J2000), math.sin, math.cos, 2 * math.pi
+    for n, par, L, period, e in _KEP:   # `kepler` and `_orbit_xyz` inlined: the same arithmetic, so the same floats
+        M = math.remainder(math.radians(L + dt / period), TAU)
+        E = M if e < 0.8 else math.pi * (1 if M >= 0 else -1)
+        for _ in range(50):
+            dE = (E - e * sin(E) - M) / (1 - e * cos(E))
+            E -= dE
+            if abs(dE) < 1e-12: break
+        a, e, ab, p1, p2, q1, q2, sw, cw, si = _elements(n)
+        x, y = a * (cos(E) - e), ab * sin(E)
+        P = out[par]
+        out[n] = (P[0] + (x * p1 - y * p2), P[1] + (x * q1 + y * q2), P[2] + (x * sw * si + y * cw * si))
     return out
 
 def spin(name:str, jd:float)->float:
@@ -250,7 +263,72 @@ def axis(name:str)->tuple:
     b = BODIES[name]
     return pole(b['i'], b['node']) if b['parent'] not in (None, 'Sol') else pole(b['i'] * 0.5, b['node'])
 
-# %% ../../nbs/05e_astronomy.ipynb #f6d3aa30
+# %% ../../nbs/05e_astronomy.ipynb #f22d4048
+class _Glyphs:
+    "Text masks of one font size, composed from cached glyph masks"
+    def __init__(self, size:int):
+        self.font, self.size, self.glyphs, self.checked, self.n_checked = font(size), size, {}, set(), 0
+        self.ascent = self.font.getmetrics()[0]
+        self.ok = getattr(self.font, 'layout_engine', None) == ImageFont.Layout.BASIC
+    def glyph(self, ch):
+        "(advance, left, top, right, bottom, mask array or None, last inked column + 1) of one character"
+        g = self.glyphs.get(ch)
+        if g is None:
+            adv, (l, t, r, b), m = self.font.getlength(ch), self.font.getbbox(ch), self.font.getmask(ch, mode='L')
+            a = np.frombuffer(bytes(m), np.uint8).reshape(m.size[1], m.size[0]) if m.size[0] and m.size[1] else None
+            if adv != int(adv) or m.size != (r - l, b - t): self.ok = False
+            ink = np.flatnonzero(a.any(0)) if a is not None else []
+            g = self.glyphs[ch] = (int(adv), l, t, r, b, a if len(ink) else None, int(ink[-1]) + 1 if len(ink) else 0)
+        return g
+    def mask(self, text:str)->Image.Image|None:
+        gs = [self.glyph(ch) for ch in text]
+        xs, X, x0, x1, y0, y1 = [], 0, 0, 0, self.ascent, self.ascent   # (rows counted down from the ascender line)
+        for adv, l, t, r, b, a, ink in gs:   # the text's box, as Pillow computes it (pen line included)
+            xs.append(X); x0, x1 = min(x0, X + l), max(x1, X + r); y0, y1 = min(y0, t), max(y1, b); X += adv
+        W, H = x1 - x0, y1 - y0
+        if W <= 0 or H <= 0: return None
+        out, inked = np.zeros((H, W), np.uint8), 0
+        for X, (adv, l, t, r, b, a, ink) in zip(xs, gs):
+            if a is None: continue
+            u, v = X + l - x0, t - y0
+            h, w = a.shape
+            if u >= inked: out[v:v + h, u:u + w] = a   # nothing drawn there yet
+            else:   # over earlier glyphs: Pillow's blend, dst = src + dst * (255 - src) / 255 where both have ink
+                dst = out[v:v + h, u:u + w].astype(np.int32); src = a.astype(np.int32)
+                tmp = dst * (255 - src) + 128
+                out[v:v + h, u:u + w] = np.where(src > 0, np.where(dst > 0, np.minimum(255, src + (((tmp >> 8) + tmp) >> 8)), src), dst)
+            inked = max(inked, u + ink)
+        return Image.frombytes('L', (W, H), out.tobytes())
+
+_GLYPHS = {}
+
+@functools.lru_cache(maxsize=8192)
+def _text_mask(text:str, size:int)->Image.Image|None:
+    "The same mask as `scidesk._mask(text, size)` (Pillow's rendering), mostly composed from cached glyphs"
+    g = _GLYPHS.get(size) or _GLYPHS.setdefault(size, _Glyphs(size))
+    if not g.ok: return _mask(text, size)
+    m = g.mask(text)
+    if g.n_checked < 16 or not g.checked.issuperset(text):
+        ref = _mask(text, size)
+        if (ref is None) != (m is None) or (m is not None and (m.size != ref.size or m.tobytes() != ref.tobytes())): g.ok = False; return ref
+        g.checked.update(text); g.n_checked += 1
+    return m
+
+def _clipped(text:str, size:int, clip:int|None)->str:
+    "The text `Canvas2D.text` draws: cut, with an ellipsis, to `clip` pixels"
+    if clip is not None and text_width(text, size) > clip:
+        while text and text_width(text + '\u2026', size) > clip: text = text[:-1]
+        text += '\u2026'
+    return text
+
+class _Canvas(Canvas2D):
+    "`Canvas2D` drawing its text with `_text_mask`"
+    def text(self, xy, text, fill=COL['text'], size=13, clip:int|None=None):
+        if not text: return
+        m = _text_mask(_clipped(text, size, clip), size)
+        if m is not None: self.img.paste(fill, (int(xy[0]), int(xy[1]) + 2), m)
+
+# %% ../../nbs/05e_astronomy.ipynb #be61061d
 EQ_TO_ECL = np.array([[1, 0, 0], [0, math.cos(EPS), math.sin(EPS)], [0, -math.sin(EPS), math.cos(EPS)]])
 EQ_TO_GAL = np.array([[-0.0548755604, -0.8734370902, -0.4838350155], [0.4941094279, -0.4448296300, 0.7469822445],
                       [-0.8676661490, -0.1980763734, 0.4559837762]])
@@ -258,6 +336,9 @@ ECL_TO_GAL = EQ_TO_GAL @ EQ_TO_ECL.T
 STAR_COLORS = {'O': (155, 176, 255), 'B': (170, 191, 255), 'A': (210, 222, 255), 'F': (248, 247, 255), 'G': (255, 244, 220),
                'K': (255, 210, 161), 'M': (255, 182, 120), 'D': (220, 230, 255)}
 _PAL = np.array([STAR_COLORS[k] for k in 'BAFGKM'], np.float32)
+_PAL_INT = [tuple(int(v) for v in _PAL[ci]) for ci in range(len(_PAL))]
+# the colour of faint field stars of palette entry k // 8 at brightness level k % 8 (the sky layer draws them in groups)
+_FAINT = {k: tuple(int(v * (0.42 + 0.14 * (k % 8))) for v in _PAL[k // 8]) for k in np.arange(8 * len(_PAL))}
 
 def star_color(spectral:str)->tuple:
     "The display colour of a spectral class"
@@ -276,7 +357,7 @@ def _field(n=25000, seed=7):
     return np.vstack([u1, u2]), mag, col
 FIELD_DIRS, FIELD_MAG, FIELD_COL = _field()
 
-# %% ../../nbs/05e_astronomy.ipynb #ef9fcd74
+# %% ../../nbs/05e_astronomy.ipynb #7fce152f
 # bright stars of the constellation figures that are not in the catalogue: name -> (RA, Dec, magnitude)
 _CS = {'Bellatrix': (81.283, 6.350, 1.64), 'Meissa': (83.784, 9.934, 3.39), 'Mintaka': (83.002, -0.299, 2.23), 'Alnilam': (84.053, -1.202, 1.69),
        'Alnitak': (85.190, -1.943, 1.77), 'Saiph': (86.939, -9.670, 2.09), 'Dubhe': (165.932, 61.751, 1.79), 'Merak': (165.460, 56.382, 2.37),
@@ -362,7 +443,7 @@ def _grid(to_ecl):
 GRIDS = {'equatorial_grid': _grid(EQ_TO_ECL), 'ecliptic_grid': _grid(np.eye(3)), 'galactic_grid': _grid(ECL_TO_GAL.T)}
 ECLIPTIC = _grid(np.eye(3))[24 + 8]   # the ecliptic's own equator
 
-# %% ../../nbs/05e_astronomy.ipynb #34174188
+# %% ../../nbs/05e_astronomy.ipynb #0d5cc7fd
 TEX_SIZES = {'low': 64, 'medium': 128, 'high': 256}
 GAS = {'Jupiter': [(232, 220, 198), (196, 154, 112), (240, 232, 214), (172, 126, 92), (226, 208, 178), (205, 170, 130)],
        'Saturn': [(236, 222, 184), (214, 190, 142), (242, 230, 198), (204, 180, 134)],
@@ -429,8 +510,12 @@ def texture(name:str, res:str='medium')->tuple:
             d.ellipse((x - r, y - r, x + r, y + r), fill=c2, outline=c)
         tex = np.asarray(img, np.float32) / 255
     return np.clip(tex, 0, 1).astype(np.float32), clouds, lights
+@functools.lru_cache(maxsize=128)
+def _texture_planes(name:str, res:str)->np.ndarray:
+    "A body's colour texture as three flat channel planes, (3, h*w)"
+    return np.ascontiguousarray(texture(name, res)[0].reshape(-1, 3).T)
 
-# %% ../../nbs/05e_astronomy.ipynb #a823e3b8
+# %% ../../nbs/05e_astronomy.ipynb #ec1e115a
 def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:float, ax:tuple, opts:dict)->Image.Image:
     "An RGBA image of `crop` (canvas pixels) showing body `name` of pixel radius R centred at (cx, cy)"
     x0, y0, x1, y1 = crop
@@ -438,7 +523,7 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
     f32 = np.float32
     nx, ny = np.meshgrid(((np.arange(x0, x1, s) + s / 2 - cx) / R).astype(f32), ((np.arange(y0, y1, s) + s / 2 - cy) / R).astype(f32))
     rho2 = nx * nx + ny * ny; inside = rho2 <= 1; rho = np.sqrt(rho2)
-    col = np.zeros(nx.shape + (3,), f32); alpha = np.zeros(nx.shape, f32)
+    col = np.zeros((3,) + nx.shape, f32); alpha = np.zeros(nx.shape, f32)   # colour channel-first too
     # the disc: only its pixels are textured and lit
     mx, my = nx[inside], ny[inside]; mz = np.sqrt(np.clip(1 - mx * mx - my * my, 0, 1))
     dotv = lambda v: mx * f32(_dot(cam.r, v)) - my * f32(_dot(cam.u, v)) - mz * f32(_dot(cam.f, v))   # surface normal . v
@@ -447,38 +532,40 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
     e1 = _unit(_cross(ax, (0.0, 0.0, 1.0) if abs(ax[2]) < 0.99 else (1.0, 0.0, 0.0))); e2 = _cross(ax, e1)
     lat = np.arcsin(np.clip(dotv(ax), -1, 1)); lon = np.arctan2(dotv(e2), dotv(e1)) - f32(theta)
     fi = np.clip((0.5 - lat / np.pi) * th - 0.5, 0, th - 1.001); fj = (lon / (2 * np.pi)) % 1.0 * tw - 0.5
-    ti, tj = fi.astype(int), np.floor(fj).astype(int); wi, wj = (fi - ti)[:, None], (fj - tj)[:, None]
+    ti, tj = fi.astype(int), np.floor(fj).astype(int); wi, wj = fi - ti, fj - tj
     tj %= tw; tj1 = (tj + 1) % tw
-    c = (tex[ti, tj] * (1 - wj) + tex[ti, tj1] * wj) * (1 - wi) + (tex[ti + 1, tj] * (1 - wj) + tex[ti + 1, tj1] * wj) * wi   # bilinear
+    # colours are kept channel-first, (3, N), so that every product runs along the N pixels (the same arithmetic, faster)
+    k00, k01, T, vj = ti * tw + tj, ti * tw + tj1, _texture_planes(name, opts.get('res', 'medium')), 1 - wj
+    c = (T.take(k00, 1) * vj + T.take(k01, 1) * wj) * (1 - wi) + (T.take(k00 + tw, 1) * vj + T.take(k01 + tw, 1) * wj) * wi   # bilinear
     glow, gcol = None, None
     if opts.get('emissive'):
-        c = c * (1 - 0.35 * (1 - mz))[:, None]
+        c = c * (1 - 0.35 * (1 - mz))
         glow, gcol = np.exp(-(rho - 1) * 3.0), np.array(opts.get('glow', (255, 240, 200)), f32) / 255
     else:
         lam = dotv(light)
-        if clouds is not None and opts.get('clouds'): cl = clouds[ti, tj, None]; c = c * (1 - cl) + cl * 0.95
-        c = c * (np.clip(lam, 0, 1) * 0.97 + 0.03)[:, None]
+        if clouds is not None and opts.get('clouds'): cl = clouds.reshape(-1).take(k00); c = c * (1 - cl) + cl * 0.95
+        c = c * (np.clip(lam, 0, 1) * 0.97 + 0.03)
         if lights is not None and opts.get('night'):
-            c = c + (lights[ti, tj] & (lam < -0.05))[:, None] * np.array([0.75, 0.58, 0.3], f32)
+            c = c + np.array([0.75, 0.58, 0.3], f32)[:, None] * (lights.reshape(-1).take(k00) & (lam < -0.05))
         atm = opts.get('atmosphere')
         if atm:
             acol, thick = np.array(atm[0], f32) / 255, atm[1]
             rim = (1 - mz * mz) ** 6 * 0.45 * np.clip(lam + 0.25, 0, 1)
-            c = c * (1 - rim[:, None]) + acol * rim[:, None]
+            c = c * (1 - rim) + acol[:, None] * rim
             limb = np.clip((nx * f32(_dot(cam.r, light)) - ny * f32(_dot(cam.u, light))) / np.maximum(rho, 1e-6) + 0.25, 0, 1)
             glow, gcol = np.clip(1 - (rho - 1) / thick, 0, 1) ** 2 * limb, acol
         if opts.get('grid'):
             latd, lond = np.degrees(lat), np.degrees(lon) % 360
             wd = max(0.3, 32 * s / R)   # about half a sample wide, so lines stay unbroken
             g = (np.abs((latd + 15) % 30 - 15) < wd) | (np.abs((lond + 15) % 30 - 15) < wd / np.maximum(np.cos(lat), 0.2))
-            c = np.where(g[:, None], c * 0.4 + np.array([0.55, 0.6, 1.0], f32) * 0.6, c)
+            c = np.where(g, c * 0.4 + np.array([0.55, 0.6, 1.0], f32)[:, None] * 0.6, c)
         if opts.get('terminator'):
-            c = np.where((np.abs(lam) < max(0.012, 1.5 / R))[:, None], np.array([1.0, 0.85, 0.3], f32), c)
-    col[inside] = c
+            c = np.where(np.abs(lam) < max(0.012, 1.5 / R), np.array([1.0, 0.85, 0.3], f32)[:, None], c)
+    col[:, inside] = c
     alpha[inside] = 1.0 if opts.get('emissive') else np.clip((1 - rho[inside]) * R / s + 0.5, 0, 1)
     if glow is not None:
         out = ~inside & (glow > 0.004)
-        col[out] = gcol; alpha[out] = np.maximum(alpha[out], glow[out])
+        col[:, out] = gcol[:, None]; alpha[out] = np.maximum(alpha[out], glow[out])
     if name in RINGS:   # where each pixel's ray meets the ring plane, and whether that is in front of the planet
         r_in, r_out = RINGS[name]
         fa = _dot(cam.f, ax)
@@ -493,13 +580,15 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
             shadow = (ql < 0) & (qr * qr - ql * ql < 1)
             lit = (0.9 if _dot(light, ax) * -fa > 0 else 0.35) * np.where(shadow, 0.15, 1.0).astype(f32)
             ra = (np.clip(dens, 0, 0.95) * ring).astype(f32)
-            col = col * (1 - ra[..., None]) + (np.array([0.86, 0.8, 0.66], f32) * lit[..., None]) * ra[..., None]
+            col = col * (1 - ra) + (np.array([0.86, 0.8, 0.66], f32)[:, None, None] * lit) * ra
             alpha = np.maximum(alpha, ra)
-    rgba = np.dstack([np.clip(col, 0, 1) * 255, np.clip(alpha, 0, 1) * 255]).astype(np.uint8)
+    rgba = np.empty(alpha.shape + (4,), np.uint8)   # filled in place: the same conversions as stacking, then casting
+    for k in range(3): rgba[..., k] = np.clip(col[k], 0, 1) * 255
+    rgba[..., 3] = np.clip(alpha, 0, 1) * 255
     img = Image.fromarray(rgba, 'RGBA')
     return img if s == 1 else img.resize((x1 - x0, y1 - y0), Image.BILINEAR)
 
-# %% ../../nbs/05e_astronomy.ipynb #93b0e507
+# %% ../../nbs/05e_astronomy.ipynb #ab77989a
 class Camera:
     "A pinhole camera: position O, unit right/up/forward vectors, focal length in pixels for a w x h view"
     def __init__(self, O, fwd, up, fov:float, w:int, h:int):
@@ -534,19 +623,29 @@ class _Basis:
     u: tuple
     f: tuple
 
-def draw_polyline(d:ImageDraw.ImageDraw, x, y, ok, fill, width=1, lim=6000):
-    "Draw the runs of a projected polyline whose segments are in front and not absurdly far off screen"
+def draw_polylines(d:ImageDraw.ImageDraw, x, y, ok, lengths, fills, width=1, lim=6000):
+    "Draw the runs of projected polylines whose segments are in front and not absurdly far off screen"
+    # x, y, ok: all the polylines' points end to end, `lengths` points each; one fill each
     good = ok & (np.abs(x) < lim) & (np.abs(y) < lim)
     seg = good[:-1] & good[1:]
-    if not seg.any(): return
+    (w, h), m = d.im.size, width + 2   # a segment wholly off the image draws nothing (Pillow draws a polyline segment by segment)
+    x0, x1, y0, y1 = x[:-1], x[1:], y[:-1], y[1:]
+    seg &= ~((np.maximum(x0, x1) < -m) | (np.minimum(x0, x1) > w + m) | (np.maximum(y0, y1) < -m) | (np.minimum(y0, y1) > h + m))
+    ends = np.cumsum(lengths)
+    seg[ends[:-1] - 1] = False   # no segment from one line to the next
     idx = np.flatnonzero(seg)
+    if not len(idx): return
     breaks = np.flatnonzero(np.diff(idx) > 1)
-    starts = np.r_[idx[0], idx[breaks + 1]]; ends = np.r_[idx[breaks], idx[-1]]
-    xs, ys = x.tolist(), y.tolist()
-    for a, b in zip(starts, ends):
-        d.line(list(zip(xs[a:b + 2], ys[a:b + 2])), fill=fill, width=width)
+    starts, stops = np.concatenate((idx[:1], idx[breaks + 1])).tolist(), np.concatenate((idx[breaks], idx[-1:])).tolist()
+    line = np.searchsorted(ends, starts, side='right').tolist()
+    xy = np.column_stack((x, y)).ravel().tolist()
+    for a, b, k in zip(starts, stops, line): d.line(xy[2 * a:2 * b + 4], fill=fills[k], width=width)
 
-# %% ../../nbs/05e_astronomy.ipynb #27c86c3a
+def draw_polyline(d:ImageDraw.ImageDraw, x, y, ok, fill, width=1, lim=6000):
+    "Draw the runs of a projected polyline whose segments are in front and not absurdly far off screen"
+    draw_polylines(d, x, y, ok, [len(x)], [fill], width, lim)
+
+# %% ../../nbs/05e_astronomy.ipynb #f640d1cf
 RENDER_DEFAULT = dict(stars=True, planets=True, atmospheres=True, clouds=True, night_lights=True, eclipse_shadows=True, comet_tails=True,
                       orbits=True, constellations=False, boundaries=False, equatorial_grid=False, ecliptic_grid=False, galactic_grid=False,
                       ecliptic_line=False)
@@ -563,7 +662,7 @@ class Astronomy(SciApp):
     app_name = 'Astronomy'
     def __init__(self, render:bool=True, screen:tuple=(W, H)):
         super().__init__(render, screen)
-        self._pcache, self._sky, self._sprites = (None, None), (None, None), {}
+        self._pcache, self._cam, self._sky, self._sprites, self._view, self._frame = {}, (None, None), {}, {}, {}, None
 
     def initial_state(self):
         off = _mul((0.0, -math.cos(math.radians(35)), math.sin(math.radians(35))), 5 * AU)
@@ -594,10 +693,14 @@ class Astronomy(SciApp):
     def init_settings(self, **v): self.state.update({k: v[k] for k in ('star_style', 'resolution', 'limiting_magnitude', 'fov') if k in v})
 
     # ---- where things are
-    def positions(self)->dict:
-        jd = self.state['time']['jd']
-        if self._pcache[0] != jd: self._pcache = (jd, positions(jd))
-        return self._pcache[1]
+    def positions(self, jd:float|None=None)->dict:
+        "Every body's position at `jd` (default: now), from a small cache: the same date always gives the same floats"
+        jd = self.state['time']['jd'] if jd is None else jd
+        p = self._pcache.get(jd)
+        if p is None:
+            if len(self._pcache) > 3: self._pcache.clear()
+            p = self._pcache[jd] = positions(jd)
+        return p
     def pos(self, name:str)->tuple: return STARS[name]['pos'] if name in STARS else self.positions()[name]
     def observer(self)->tuple: return _add(self.pos(self.state['observer']['ref']), self.state['observer']['offset'])
     def _set_observer(self, O, ref=None):
@@ -613,11 +716,16 @@ class Astronomy(SciApp):
         else: browser, info = ((2, top, DOCK, BOTTOM) if p['browser'] else None), ((2, top, DOCK, BOTTOM) if p['info'] else None)
         return dict(canvas=canvas, browser=browser, info=info, top=top)
     def camera(self)->Camera:
-        x1, y1, x2, y2 = self.layout()['canvas']
-        ob, O = self.state['observer'], self.observer()
-        fwd = ob['forward']
-        if self.state['track']: fwd = _unit(_sub(self.pos(self.state['track']), O))
-        return Camera(O, fwd, ob['up'], self.state['fov'], x2 - x1, y2 - y1)
+        "The 3D view's camera (memoized on everything it is computed from; treat it as read-only)"
+        st = self.state; ob = st['observer']
+        key = (self.layout()['canvas'], st['time']['jd'], ob['ref'], tuple(ob['offset']), tuple(ob['forward']), tuple(ob['up']), st['fov'], st['track'])
+        if self._cam[0] == key: return self._cam[1]
+        x1, y1, x2, y2 = key[0]
+        O = self.observer(); fwd = ob['forward']
+        if st['track']: fwd = _unit(_sub(self.pos(st['track']), O))
+        cam = Camera(O, fwd, ob['up'], st['fov'], x2 - x1, y2 - y1)
+        self._cam = (key, cam)
+        return cam
     def radius(self, name): return OBJECTS[name]['radius']
     def drawn(self, name)->bool:
         "Whether an object is rendered at all (not hidden, and its class switched on)"
@@ -749,7 +857,7 @@ class Astronomy(SciApp):
                     images=[dict(i) for i in st['images']], panels=dict(st['panels']), browser_tab=st['browser']['tab'],
                     dialog=getattr(self.ui.get('dialog'), 'title', None) if self.ui.get('dialog') else None)
 
-# %% ../../nbs/05e_astronomy.ipynb #de6a9aa2
+# %% ../../nbs/05e_astronomy.ipynb #26eabdaa
 ORBIT_COLORS = dict(planet=(44, 92, 170), dwarf_planet=(120, 84, 160), moon=(84, 104, 126), minor_moon=(70, 78, 92), asteroid=(140, 100, 60), comet=(60, 140, 140))
 LABEL_COLORS = dict(star=(130, 150, 200), planet=(110, 185, 235), dwarf_planet=(180, 150, 225), moon=(160, 170, 195), minor_moon=(130, 130, 155),
                     asteroid=(170, 135, 95), comet=(120, 190, 190), constellation=(80, 110, 180))
@@ -767,10 +875,14 @@ def fmt_fov(fov:float)->str:
     d = int(fov); m = int((fov - d) * 60); s = int(round(((fov - d) * 60 - m) * 60)) % 60
     return f"FOV: {d}\u00b0 {m:02d}' {s:02d}\""
 
+@functools.lru_cache(maxsize=1024)
+def _dimmed(col:tuple, f:float)->tuple: return tuple(int(v * f) for v in col)
+
 def _star_dot(d, x, y, m, col, style, limit):
     "One star-like point of magnitude m, drawn in the current star style"
     b = min(1.0, max(0.0, (limit - m) / 6.0))
-    c = tuple(int(v * (0.35 + 0.65 * min(1.0, b * 2))) for v in col)
+    k = 0.35 + 0.65 * min(1.0, b * 2)
+    c = (int(col[0] * k), int(col[1] * k), int(col[2] * k))
     if style == 'scaled discs':
         r = 0.5 + 2.8 * b
         d.ellipse((x - r, y - r, x + r, y + r), fill=c)
@@ -778,7 +890,7 @@ def _star_dot(d, x, y, m, col, style, limit):
         if b > 0.45:
             for k, f in ((1.0, 0.22), (0.6, 0.45)):
                 r = k * (1 + 4.2 * (b - 0.3))
-                d.ellipse((x - r, y - r, x + r, y + r), fill=tuple(int(v * f) for v in col))
+                d.ellipse((x - r, y - r, x + r, y + r), fill=_dimmed(col, f))
         r = 0.5 + 1.1 * b
         d.ellipse((x - r, y - r, x + r, y + r), fill=c)
     else:
@@ -789,6 +901,20 @@ def body_magnitude(name:str, dist_obs:float, dist_sun:float)->float:
     H = 5 * math.log10(1329 / (2 * BODIES[name]['radius'] * math.sqrt(0.3)))
     return H + 5 * math.log10(max(dist_obs, 1.0) / AU * max(dist_sun, 1.0) / AU)
 
+_LINE_SETS = {k: (np.vstack(ls), [len(l) for l in ls]) for k, ls in
+              [(k, GRIDS[k]) for k in GRIDS] + [('ecliptic_line', [ECLIPTIC]), ('boundaries', [l for ls in BOUNDS.values() for l in ls]),
+                                                  ('constellations', [l for ls in FIGURES.values() for l in ls])]}
+SKY_CACHE = 4   # sky layers kept per app (2.6 MB each): turning back to a recent view reuses its layer
+
+@functools.lru_cache(maxsize=8)
+def _star_sets(limit:float)->tuple:
+    "(directions, magnitudes, colours) of the field stars and the constellation stars brighter than `limit`"
+    out = []
+    for D, M, C in ((FIELD_DIRS, FIELD_MAG, FIELD_COL), (CONST_DIRS, CONST_MAG, np.full(len(CONST_MAG), 2))):
+        keep = M < limit
+        out.append((D[keep], M[keep], C[keep]))
+    return tuple(out)
+
 def _sky_layer(app, cam)->Image.Image:
     "Glow, grids, constellations and field stars for this camera orientation (cached)"
     st = app.state; rd = st['render']
@@ -796,68 +922,92 @@ def _sky_layer(app, cam)->Image.Image:
     key = (cam.w, cam.h, f, u, cam.fov, st['limiting_magnitude'], st['star_style'],
            tuple(rd[k] for k in ('stars', 'constellations', 'boundaries', 'equatorial_grid', 'ecliptic_grid', 'galactic_grid', 'ecliptic_line')),
            st['labels']['constellation'])
-    if app._sky[0] == key: return app._sky[1]
+    img = app._sky.pop(key, None)
+    if img is not None: app._sky[key] = img; return img   # the most recently used last
     cam = Camera(cam.O, f, u, cam.fov, cam.w, cam.h)   # drawn from the key alone, so the cache never changes what is drawn
     w, h = cam.w, cam.h
-    gx, gy = np.meshgrid(np.arange(2, w + 4, 4), np.arange(2, h + 4, 4))   # the Milky Way on a coarse grid, scaled up
-    dirs = ((gx - w / 2) / cam.focal)[..., None] * np.array(cam.r) - ((gy - h / 2) / cam.focal)[..., None] * np.array(cam.u) + np.array(cam.f)
+    gx, gy = ((np.arange(2, w + 4, 4) - w / 2) / cam.focal)[None, :], ((np.arange(2, h + 4, 4) - h / 2) / cam.focal)[:, None]
+    dirs = np.empty((gy.shape[0], gx.shape[1], 3))   # the Milky Way on a coarse grid, scaled up
+    for k in range(3): dirs[..., k] = gx * cam.r[k] - gy * cam.u[k] + cam.f[k]
     g = (dirs @ ECL_TO_GAL.T).astype(np.float32)
-    gx_, gy_, gz_ = g[..., 0], g[..., 1], g[..., 2]
+    gx_, gy_, gz_ = (np.ascontiguousarray(g[..., k]) for k in range(3))
     n2 = gx_ * gx_ + gy_ * gy_; z2 = gz_ * gz_ / (n2 + gz_ * gz_)              # sin^2 of galactic latitude
     cl = gx_ / np.sqrt(n2 + 1e-12)                                             # cos of galactic longitude
     glow = np.exp(-z2 / 0.04) * (0.35 + 0.325 * (1 + cl)) * (0.85 + 0.15 * np.sin(9 * gy_ + 5 * gz_)) * (1.0 if rd['stars'] else 0.0)
-    base = (glow[..., None] * np.array([30, 32, 46], np.float32) + np.array([1, 2, 8], np.float32)).astype(np.uint8)
+    base = np.empty(glow.shape + (3,), np.uint8)
+    for k, (sc, off) in enumerate(((30, 1), (32, 2), (46, 8))): base[..., k] = glow * np.float32(sc) + np.float32(off)
     img = Image.fromarray(base, 'RGB').resize((w, h), Image.NEAREST, box=(0, 0, w / 4, h / 4))   # smooth enough: steps < 1 level
-    d, cv = ImageDraw.Draw(img), Canvas2D(img)
-    for k in ('equatorial_grid', 'ecliptic_grid', 'galactic_grid'):
-        if rd[k]:
-            for line in GRIDS[k]: draw_polyline(d, *cam.project_many(line, dirs=True), GRID_COLORS[k])
-    if rd['ecliptic_line']: draw_polyline(d, *cam.project_many(ECLIPTIC, dirs=True), (150, 130, 40), 2)
-    if rd['boundaries']:
-        for c, lines in BOUNDS.items():
-            for line in lines: draw_polyline(d, *cam.project_many(line, dirs=True), (96, 36, 40))
-    if rd['constellations']:
-        for c, lines in FIGURES.items():
-            for line in lines: draw_polyline(d, *cam.project_many(line, dirs=True), (52, 82, 150))
+    d, cv = ImageDraw.Draw(img), _Canvas(img)
+    for k, col in (('equatorial_grid', GRID_COLORS['equatorial_grid']), ('ecliptic_grid', GRID_COLORS['ecliptic_grid']),
+                   ('galactic_grid', GRID_COLORS['galactic_grid']), ('ecliptic_line', (150, 130, 40)), ('boundaries', (96, 36, 40)), ('constellations', (52, 82, 150))):
+        if rd[k]:   # each set of lines projected in one go (the same arithmetic, row by row, as one line at a time)
+            pts, lengths = _LINE_SETS[k]
+            draw_polylines(d, *cam.project_many(pts, dirs=True), lengths, [col] * len(lengths), 2 if k == 'ecliptic_line' else 1)
     if st['labels']['constellation']:
         for c, v in CENTRES.items():
             p = cam.project_dir(v)
             if p and cam.in_view(*p, -20): cv.text((p[0] - text_width(c, 12) / 2, p[1]), c, LABEL_COLORS['constellation'], 12)
     if rd['stars']:
         limit, style = st['limiting_magnitude'], st['star_style']
-        for D, M, C in ((FIELD_DIRS, FIELD_MAG, FIELD_COL), (CONST_DIRS, CONST_MAG, np.full(len(CONST_MAG), 2))):
-            keep = M < limit
-            x, y, ok = cam.project_many(D[keep], dirs=True)
-            m, c = M[keep], C[keep]
+        for D, m, c in _star_sets(limit):
+            x, y, ok = cam.project_many(D, dirs=True)
             on = ok & (x >= 0) & (x < w) & (y >= 0) & (y < h)
             x, y, m, c = x[on], y[on], m[on], c[on]
             bright = m < limit - 2.5
             lvl = np.clip(((limit - m) / 2.5 * 4).astype(int), 0, 4)
             for key_ in np.unique(c[~bright] * 8 + lvl[~bright]):   # faint stars: one point call per colour and level
                 sel = ~bright & (c * 8 + lvl == key_)
-                col = tuple(int(v * (0.42 + 0.14 * (key_ % 8))) for v in _PAL[key_ // 8])
+                col = _FAINT[key_]
                 d.point(list(zip(x[sel].tolist(), y[sel].tolist())), fill=col)
             for xi, yi, mi, ci in zip(x[bright].tolist(), y[bright].tolist(), m[bright].tolist(), c[bright].tolist()):
-                _star_dot(d, xi, yi, mi, tuple(int(v) for v in _PAL[ci]), style, limit)
-    app._sky = (key, img)
+                _star_dot(d, xi, yi, mi, _PAL_INT[ci], style, limit)
+    if len(app._sky) >= SKY_CACHE: app._sky.pop(next(iter(app._sky)))
+    app._sky[key] = img
     return img
 
-# %% ../../nbs/05e_astronomy.ipynb #55f2152a
-def _draw_orbits(app, d, cam, pos):
+# %% ../../nbs/05e_astronomy.ipynb #5c2a4ea8
+_ORB_NAMES = list(ORBIT_SHAPES)
+_ORB_PTS = np.stack([ORBIT_SHAPES[n] for n in _ORB_NAMES])
+_ORB_HELIO = [BODIES[n]['parent'] == 'Sol' for n in _ORB_NAMES]
+_ORB_PARENT, _ORB_KIND = [BODIES[n]['parent'] for n in _ORB_NAMES], [BODIES[n]['kind'] for n in _ORB_NAMES]
+_ORB_R = [float(np.sqrt((ORBIT_SHAPES[n] ** 2).sum(1)).max()) * 1.001 for n in _ORB_NAMES]   # how far each orbit gets from its parent
+assert _ORB_HELIO == sorted(_ORB_HELIO, reverse=True)   # orbits around Sol come first, so drawing them first keeps the order
+
+def _draw_orbits(app, d, cam, pos, helio=None):
+    "Draw the orbits shown (`helio`: only those around Sol, or only the moons'), all projected in one go"
     st = app.state
     if not st['render']['orbits']: return
-    O = np.array(cam.O)
-    for n, shape in ORBIT_SHAPES.items():
-        b = BODIES[n]
-        if n in st['hidden'] or not (st['orbits'][b['kind']] or n == st['selection']): continue
-        x, y, ok = cam.project_many(shape + np.array(pos[b['parent']]))
-        if ok.sum() < 2: continue
-        xv, yv = x[ok], y[ok]
-        if xv.max() - xv.min() < 4 and yv.max() - yv.min() < 4: continue   # too small to see
-        if xv.max() < 0 or xv.min() > cam.w or yv.max() < 0 or yv.min() > cam.h: continue
-        col = ORBIT_COLORS[b['kind']]
-        if n == st['selection']: col = tuple(min(255, int(v * 1.7)) for v in col)
-        draw_polyline(d, x, y, ok, col)
+    sel, hidden, flags, O, F = st['selection'], st['hidden'], st['orbits'], cam.O, cam.focal
+    (r0, r1, r2), (u0, u1, u2), (f0, f1, f2) = cam.r, cam.u, cam.f
+    centres, idx = {}, []
+    for i, n in enumerate(_ORB_NAMES):
+        if (helio is not None and _ORB_HELIO[i] != helio) or n in hidden or not (flags[_ORB_KIND[i]] or n == sel): continue
+        p = _ORB_PARENT[i]
+        if p not in centres:
+            P = pos[p]; dx, dy, dz = P[0] - O[0], P[1] - O[1], P[2] - O[2]
+            centres[p] = (dx * r0 + dy * r1 + dz * r2, dx * u0 + dy * u1 + dz * u2, dx * f0 + dy * f1 + dz * f2)
+        # leave out orbits that surely project smaller than the 4 pixels asked below: an orbit lies within `_ORB_R` of its
+        # parent, and a ball of radius r at depth z > r spans at most 2 f r (1 + max(|x|, |y|) / z) / (z - r) pixels
+        X, Y, Z = centres[p]; r = _ORB_R[i]
+        if Z > r and 2 * F * r * (1 + max(abs(X), abs(Y)) / Z) / (Z - r) < 3.5: continue
+        idx.append(i)
+    if not idx: return
+    pts = _ORB_PTS[idx] + np.array([pos[_ORB_PARENT[i]] for i in idx])[:, None, :]
+    c = (pts - np.array(O)) @ cam.M.T   # the arithmetic of Camera.project_many, for every orbit at once
+    z = c[..., 2]; ok = z > 0; zz = np.where(ok, z, 1.0)
+    x, y = cam.w / 2 + F * c[..., 0] / zz, cam.h / 2 - F * c[..., 1] / zz
+    if ok.all(): xl, xh, yl, yh, many = x.min(1), x.max(1), y.min(1), y.max(1), True
+    else:
+        xl, xh = np.where(ok, x, np.inf).min(1), np.where(ok, x, -np.inf).max(1)
+        yl, yh, many = np.where(ok, y, np.inf).min(1), np.where(ok, y, -np.inf).max(1), ok.sum(1) >= 2
+    show = many & ((xh - xl >= 4) | (yh - yl >= 4)) & (xh >= 0) & (xl <= cam.w) & (yh >= 0) & (yl <= cam.h)   # big enough, on screen
+    js = np.flatnonzero(show).tolist()
+    if not js: return
+    cols = []
+    for j in js:
+        n = _ORB_NAMES[idx[j]]; col = ORBIT_COLORS[_ORB_KIND[idx[j]]]
+        cols.append(tuple(min(255, int(v * 1.7)) for v in col) if n == sel else col)
+    draw_polylines(d, x[js].ravel(), y[js].ravel(), ok[js].ravel(), [x.shape[1]] * len(js), cols)
 
 def _arrow(d, cv, cam, P, v, length, col, text):
     a, b = cam.project(P), cam.project(_add(P, _mul(v, length)))
@@ -868,18 +1018,27 @@ def _arrow(d, cv, cam, P, v, length, col, text):
         d.line((b[0], b[1], b[0] + 9 * math.cos(ang + s), b[1] + 9 * math.sin(ang + s)), fill=col, width=2)
     cv.text((b[0] + 4, b[1] - 8), text, col, 12)
 
+_OBJ_NAMES = list(OBJECTS)
+_OBJ_R = np.array([OBJECTS[n]['radius'] for n in _OBJ_NAMES])
+_IS_STAR = np.array([n in STARS or n == 'Sol' for n in _OBJ_NAMES])   # drawn with the stars, not the planets
+_STAR_P = [STARS[n]['pos'] for n in _OBJ_NAMES if n not in BODIES]
+assert _OBJ_NAMES == list(BODIES) + list(STARS)
+
 def _draw_objects(app, img, d, cv, cam, pos):
     st = app.state; O = cam.O; limit, style = st['limiting_magnitude'], st['star_style']
     jd, sel = st['time']['jd'], st['selection']
-    items = []
-    for n in OBJECTS:
-        if not app.drawn(n): continue
-        P = pos[n] if n in pos else STARS[n]['pos']
-        p = cam.project(P)
-        if p is None: continue
-        R = cam.focal * OBJECTS[n]['radius'] / p[2]
-        if not cam.in_view(p[0], p[1], R * 3 + 40): continue
-        items.append((_norm(_sub(P, O)), n, p[0], p[1], R, P))
+    Ps = [pos[n] for n in BODIES] + _STAR_P
+    d_ = np.array(Ps) - np.array(O)   # Camera.project's arithmetic, in the same order, for every object at once
+    dx, dy, dz = d_[:, 0], d_[:, 1], d_[:, 2]
+    z = dx * cam.f[0] + dy * cam.f[1] + dz * cam.f[2]; zz = np.where(z > 0, z, 1.0)
+    x_ = cam.w / 2 + cam.focal * (dx * cam.r[0] + dy * cam.r[1] + dz * cam.r[2]) / zz
+    y_ = cam.h / 2 - cam.focal * (dx * cam.u[0] + dy * cam.u[1] + dz * cam.u[2]) / zz
+    R_ = cam.focal * _OBJ_R / zz; m_ = R_ * 3 + 40
+    drawn = np.where(_IS_STAR, st['render']['stars'], st['render']['planets'])   # what `app.drawn` says, but for hidden objects
+    on = drawn & (z > 0) & (-m_ <= x_) & (x_ < cam.w + m_) & (-m_ <= y_) & (y_ < cam.h + m_)
+    dist_, hid = np.sqrt(dx * dx + dy * dy + dz * dz).tolist(), st['hidden']
+    x_, y_, R_ = x_.tolist(), y_.tolist(), R_.tolist()
+    items = [(dist_[i], _OBJ_NAMES[i], x_[i], y_[i], R_[i], Ps[i]) for i in np.flatnonzero(on).tolist() if _OBJ_NAMES[i] not in hid]
     items.sort(key=lambda t: -t[0])
     labels = []
     for dist, n, x, y, R, P in items:
@@ -905,8 +1064,10 @@ def _draw_objects(app, img, d, cv, cam, pos):
             spr = app._sprites.get(key)
             if spr is None:
                 if len(app._sprites) > 48: app._sprites.clear()
-                spr = app._sprites[key] = sphere(n, Rq, xq, yq, crop, basis, light, theta, ax, opts)
-            img.paste(spr.convert('RGB'), crop[:2], spr.getchannel('A'))
+                s_ = sphere(n, Rq, xq, yq, crop, basis, light, theta, ax, opts)
+                bb = s_.getchannel('A').getbbox() or (0, 0, 0, 0)   # pasting transparent pixels changes nothing: leave them out
+                spr = app._sprites[key] = (s_.crop(bb).convert('RGB'), s_.crop(bb).getchannel('A'), (crop[0] + bb[0], crop[1] + bb[1]))
+            if spr[0].width and spr[0].height: img.paste(spr[0], spr[2], spr[1])
         else:
             if star: m = o['absmag'] + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5 if n in STARS else 4.83 + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5
             else: m = body_magnitude(n, dist, _norm(_sub(P, pos['Sol'])))
@@ -932,7 +1093,7 @@ def _draw_objects(app, img, d, cv, cam, pos):
                 for v, c, t in (((1.0, 0, 0), (255, 150, 150), 'X'), ((0, 1.0, 0), (150, 255, 150), 'Y'), ((0, 0, 1.0), (150, 170, 255), 'Z')): _arrow(d, cv, cam, P, v, 2.6 * r, c, t)
             elif mk == 'sun_direction' and n != 'Sol': _arrow(d, cv, cam, P, _unit(_sub(pos['Sol'], P)), 2.4 * r, (255, 220, 60), 'Sun')
             elif mk == 'velocity_vector' and n != 'Sol':
-                nxt = positions(jd + 1e-3)
+                nxt = app.positions(jd + 1e-3)
                 _arrow(d, cv, cam, P, _unit(_sub(nxt[n], P)), 2.4 * r, (60, 230, 200), 'Velocity')
         kind = o['kind'] if n != 'Sol' else 'star'
         show = st['labels'].get(kind, False) and cam.in_view(x, y)
@@ -969,21 +1130,49 @@ def _draw_hud(app, cv, cam, pos):
     lines = ([f"Follow {st['follow']}"] if st['follow'] else []) + ([f"Track {st['track']}"] if st['track'] else []) + [f"{fmt_fov(st['fov'])} ({45.0 / st['fov']:.2f}x)"]
     for i, s in enumerate(reversed(lines)): cv.text((10, h - 24 - 17 * i), s, HUD_DIM, 12)
 
+def _view(app, cam, pos)->Image.Image:
+    "The 3D view's image; reused while nothing it shows changes, and its sky-and-heliocentric-orbits base while the camera stays put"
+    st, cache = app.state, app._view
+    key = repr((cam.O, cam.f, cam.u, cam.fov, cam.w, cam.h, st['time'], st['render'], st['orbits'], st['labels'], st['star_style'],
+                st['resolution'], st['limiting_magnitude'], st['fov'], st['selection'], st['follow'], st['track'], st['hidden'], st['marks']))
+    if cache.get('key') == key: return cache['img']
+    cache['key'] = None
+    sky = _sky_layer(app, cam)
+    bkey = (cam.O, cam.f, cam.u, cam.fov, cam.w, cam.h, st['render']['orbits'], tuple(st['orbits'].items()), st['selection'], tuple(st['hidden']))
+    img = _buffer(cache, 'img', sky.size)   # drawn over in place: it is only ever pasted into the window
+    d, c2 = ImageDraw.Draw(img), _Canvas(img)
+    if cache.get('bkey') == bkey and cache.get('sky') is sky: img.paste(cache['base'])
+    elif cache.get('moving'):   # the camera moved last frame too (it rides along with a body): keeping a base would not pay
+        img.paste(sky); _draw_orbits(app, d, cam, pos, helio=True); cache.update(bkey=bkey, sky=None)
+    else:
+        cache['bkey'] = None
+        base = _buffer(cache, 'base', sky.size); base.paste(sky); _draw_orbits(app, ImageDraw.Draw(base), cam, pos, helio=True)
+        cache.update(bkey=bkey, sky=sky); img.paste(base)
+    cache['moving'] = cache.get('last_cam') not in (None, bkey); cache['last_cam'] = bkey
+    _draw_orbits(app, d, cam, pos, helio=False)
+    _draw_objects(app, img, d, c2, cam, pos)
+    _draw_hud(app, c2, cam, pos)
+    cache.update(key=key, version=next(_VERSIONS))   # a new number for every image drawn, so a frame can tell it changed
+    return img
+
+_VERSIONS = itertools.count(1)
+
+def _buffer(cache, name, size)->Image.Image:
+    "A reusable RGB image of `size` kept in `cache` (allocating a fresh one each frame costs more than drawing into it)"
+    im = cache.get(name)
+    if im is None or im.size != size: im = cache[name] = Image.new('RGB', size)
+    return im
+
 def _canvas_draw(app):
     def draw(cv, w):
         x1, y1, x2, y2 = w.box
-        cam, pos = app.camera(), app.positions()
-        img = _sky_layer(app, cam).copy()
-        d, c2 = ImageDraw.Draw(img), Canvas2D(img)
-        _draw_orbits(app, d, cam, pos)
-        _draw_objects(app, img, d, c2, cam, pos)
-        _draw_hud(app, c2, cam, pos)
-        cv.img.paste(img, (x1, y1))
-        cv.rect(w.box, outline=COL['border'])
+        img = _view(app, app.camera(), app.positions())
+        if isinstance(cv, _Rec): cv.ops.append(('view', tuple(w.box), app._view['version']))   # see `Astronomy.screenshot`
+        else: cv.img.paste(img, (x1, y1)); cv.rect(w.box, outline=COL['border'])
         _draw_children(cv, w)
     return draw
 
-# %% ../../nbs/05e_astronomy.ipynb #967d5c9e
+# %% ../../nbs/05e_astronomy.ipynb #094632dd
 def pick(app, x:float, y:float)->str|None:
     "The object drawn at canvas pixel (x, y), or None"
     cam, O, best = app.camera(), app.observer(), None
@@ -1034,7 +1223,7 @@ def _canvas(app, box):
         w.add(text_field(app, (x1 + 110, box[3] - 90, x1 + 400, box[3] - 62), 'Target name', on_enter=enter))
     return w
 
-# %% ../../nbs/05e_astronomy.ipynb #17dd30e6
+# %% ../../nbs/05e_astronomy.ipynb #0e744826
 STAR_COLS = (('Name', 'name', 110), ('Dist (ly)', 'dist', 58), ('App', 'appmag', 42), ('Abs', 'absmag', 42), ('Class', 'spectral', 50))
 
 def _tree_rows(app)->list:
@@ -1186,7 +1375,7 @@ def _info(app, box):
         pnl.add(label((x1 + 10, y1 + 54 + i * 20, x2 - 6, y1 + 72 + i * 20), t, size=12))
     return pnl
 
-# %% ../../nbs/05e_astronomy.ipynb #86870511
+# %% ../../nbs/05e_astronomy.ipynb #a7af9b6f
 def radio(box, name, on, choose)->Widget:
     "A radio button; `choose(app)` picks it"
     def draw(cv, w):
@@ -1406,7 +1595,7 @@ def about_dialog(app):
         label((x + 20, y + 62, x + 380, y + 82), f'{len(BODIES)} solar-system bodies, {len(STARS)} stars.', fill=COL['dim']),
         button((x + 290, y + 108, x + 380, y + 136), 'Close', lambda app: app.close_dialog(), default=True)])
 
-# %% ../../nbs/05e_astronomy.ipynb #511f596d
+# %% ../../nbs/05e_astronomy.ipynb #3e73edb6
 def _rate(k): return lambda a: a.set_rate(a.state['time']['scale'] * k)
 def _pause(a):
     t = a.state['time']; t['pause'] = not t['pause']; a.set_status('Time paused' if t['pause'] else 'Time resumed')
@@ -1483,7 +1672,7 @@ def _key(self, keys):
     return SciApp._key(self, keys)
 Astronomy._type, Astronomy._key = _type, _key
 
-# %% ../../nbs/05e_astronomy.ipynb #f607db51
+# %% ../../nbs/05e_astronomy.ipynb #8a138a0c
 def _tool(box, name, fn, checked=False)->Widget:
     def draw(cv, w):
         if checked: cv.rect(w.box, fill=COL['sel'], outline=COL['accent'])
@@ -1511,3 +1700,160 @@ def _build(self):
     root.add(Widget('status bar', self.ui.get('status', ''), (0, H - 24, W, H), draw=lambda cv, w: (cv.rect(w.box, fill=COL['menu']), cv.text((10, H - 22), w.name, COL['dim'], 12))))
     return root
 Astronomy.build = _build
+
+# %% ../../nbs/05e_astronomy.ipynb #602163da
+class _NoRecord(Exception): "A draw function needs the real image: draw the whole window instead"
+
+def _frozen(v):
+    "Lists (of lists) as tuples, so a recorded call can be compared and is not changed later by its caller"
+    if type(v) is tuple and not any(isinstance(x, (list, tuple)) for x in v): return v
+    return tuple(_frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+class _RecDraw:
+    "Records `cv.d.<method>(...)` calls"
+    def __init__(self, ops): self._ops = ops
+    def __getattr__(self, name): return lambda *a, **k: self._ops.append(('d', name, _frozen(a), tuple(sorted((n, _frozen(v)) for n, v in k.items()))))
+
+class _Rec:
+    "A stand-in for `Canvas2D` that records the drawing calls of a widget tree"
+    def __init__(self): self.ops = []; self.d = _RecDraw(self.ops)
+    @property
+    def img(self): raise _NoRecord()
+    def rect(self, box, fill=None, outline=None, width=1): self.ops.append(('rect', _frozen(box), fill, outline, width))
+    def line(self, pts, fill, width=1): self.ops.append(('line', _frozen(pts), fill, width))
+    def text(self, xy, text, fill=COL['text'], size=13, clip=None): self.ops.append(('text', _frozen(xy), text, fill, size, clip))
+
+def _replay(app, cv, op, R=None):
+    "Make one recorded call on a real canvas (of the 3D view, only the part inside region R if given)"
+    k = op[0]
+    if k == 'rect':
+        (b, fill, outline, width) = op[1:]
+        if fill is not None and len(b) == 4 and all(type(v) is int for v in b) and b[0] <= b[2] and b[1] <= b[3]:
+            c = (b[0], b[1], b[2] + 1, b[3] + 1)   # the same pixels as Pillow's filled rectangle, many times faster
+            if R is not None: c = (max(c[0], R[0]), max(c[1], R[1]), min(c[2], R[2]), min(c[3], R[3]))
+            if c[0] < c[2] and c[1] < c[3]: cv.img.paste(fill, c)
+            if outline is not None and outline != fill and width: cv.d.rectangle(b, outline=outline, width=width)
+        else: cv.rect(b, fill=fill, outline=outline, width=width)
+    elif k == 'line': cv.line(list(op[1]), op[2], op[3])
+    elif k == 'text': cv.text(op[1], op[2], op[3], op[4], op[5])
+    elif k == 'view':
+        (x0, y0, x1, y1), im = op[1], app._view['img']
+        if R is None: cv.img.paste(im, (x0, y0))
+        else:
+            c = (max(0, R[0] - x0), max(0, R[1] - y0), min(im.width, R[2] - x0), min(im.height, R[3] - y0))
+            if c[0] < c[2] and c[1] < c[3]: cv.img.paste(im.crop(c), (x0 + c[0], y0 + c[1]))
+        cv.rect(op[1], outline=COL['border'])
+    else: getattr(cv.d, op[1])(*op[2], **dict(op[3]))
+
+def _points(v):
+    "Every number in a nested sequence of coordinates"
+    for x in v:
+        if isinstance(x, (list, tuple)): yield from _points(x)
+        else: yield x
+
+def _op_box(op, screen)->tuple|None:
+    "(x0, y0, x1, y1), end exclusive, holding every pixel a recorded call can change (None: none)"
+    k = op[0]
+    if k == 'text':   # exactly where `Canvas2D.text` pastes the glyphs
+        xy, text, size, clip = op[1], op[2], op[4], op[5]
+        if not text: return None
+        m = _text_mask(_clipped(text, size, clip), size)
+        if m is None: return None
+        x, y = int(xy[0]), int(xy[1]) + 2
+        return (x, y, x + m.size[0], y + m.size[1])
+    if k == 'view': x0, y0, x1, y1 = op[1]; return (x0, y0, x1 + 1, y1 + 1)   # the paste and its 1-pixel border
+    if k == 'rect' and len(op[1]) == 4 and all(isinstance(v, (int, float)) for v in op[1]):
+        (x0, y0, x1, y1), w = op[1], op[4]   # Pillow truncates the corners and draws the outline inside, unless it is wider than the box
+        m = 0 if (op[3] is None or (x1 - x0 >= 2 * w and y1 - y0 >= 2 * w)) else w + 1
+        return (math.floor(x0) - m, math.floor(y0) - m, math.ceil(x1) + 1 + m, math.ceil(y1) + 1 + m)
+    if k == 'd' and op[1] not in ('polygon', 'ellipse', 'rectangle', 'line', 'point'): return (0, 0) + tuple(screen)
+    pts = list(_points(op[1] if k in ('rect', 'line') else op[2][:1]))
+    if not pts or len(pts) % 2: return (0, 0) + tuple(screen)
+    xs, ys = pts[0::2], pts[1::2]
+    m = 2 + (op[4] if k == 'rect' else op[3] if k == 'line' else   # a shape's outline width, wherever it was passed
+             max([dict(op[3]).get('width', 1)] + [v for v in op[2][1:] if isinstance(v, (int, float)) and not isinstance(v, bool)]))
+    return (math.floor(min(xs)) - m, math.floor(min(ys)) - m, math.ceil(max(xs)) + m + 1, math.ceil(max(ys)) + m + 1)
+
+def _covers(op, box, R)->bool:
+    "Whether a recorded call paints all of region R opaquely: a filled rectangle whose inside holds R, or the 3D view"
+    if op[0] == 'view': return box[0] <= R[0] and box[1] <= R[1] and R[2] <= box[2] and R[3] <= box[3]
+    if op[0] != 'rect' or op[2] is None or len(op[1]) != 4: return False
+    (x0, y0, x1, y1), w = op[1], (op[4] + 1 if op[3] is not None and op[3] != op[2] else 1)
+    return math.floor(x0) + w <= R[0] and math.floor(y0) + w <= R[1] and R[2] <= math.floor(x1) - w + 1 and R[3] <= math.floor(y1) - w + 1
+
+def _inside(b, R): return b[0] >= R[0] and b[1] >= R[1] and b[2] <= R[2] and b[3] <= R[3]
+
+def _area(r): return (r[2] - r[0]) * (r[3] - r[1])
+
+def _union(a, b): return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+def _cheap_union(a, b)->tuple|None:
+    "The union of two boxes if it holds few pixels that neither holds (a region costs about what its pixels do, plus a little)"
+    u = _union(a, b)
+    inter = max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    return u if _area(u) - _area(a) - _area(b) + inter <= min(20000, max(2048, (_area(a) + _area(b)) // 2)) else None
+
+def _regions(boxes, screen)->list:
+    "The changed boxes clipped to the screen, neighbours merged where that adds few pixels (and all of them if many remain)"
+    rs = list(dict.fromkeys((max(0, b[0]), max(0, b[1]), min(screen[0], b[2]), min(screen[1], b[3])) for b in boxes if b is not None))
+    runs = []
+    for r in rs:   # calls next to each other (rows of a list, say) first
+        if r[0] >= r[2] or r[1] >= r[3]: continue
+        u = _cheap_union(runs[-1], r) if runs else None
+        if u: runs[-1] = u
+        else: runs.append(r)
+    rs = runs if len(runs) <= 16 else [functools.reduce(_union, runs)]
+    i = 0
+    while i < len(rs):   # then any two near each other (regions may overlap: each is redrawn from scratch)
+        a = rs[i]
+        u = next(((j, u) for j, b in enumerate(rs) if j != i and b[0] <= a[2] + 160 and a[0] <= b[2] + 160 and b[1] <= a[3] + 160
+                  and a[1] <= b[3] + 160 and (u := _cheap_union(a, b))), None)
+        if u is None: i += 1; continue
+        rs[i] = u[1]; del rs[u[0]]; i = 0
+    return rs
+
+def _redraw(app, img, ops, boxes, R):
+    "Redraw region R of `img` from the recorded calls"
+    idx = [i for i, b in enumerate(boxes) if b is not None and b[0] < R[2] and R[0] < b[2] and b[1] < R[3] and R[1] < b[3]]
+    start = next((j for j in range(len(idx) - 1, -1, -1) if _covers(ops[idx[j]], boxes[idx[j]], R)), None)
+    first, tail = (None, idx) if start is None else (idx[start], idx[start + 1:])
+    direct = all(_inside(boxes[i], R) for i in tail) and (first is None or ops[first][0] == 'rect' or _inside(boxes[first], R))
+    tgt = img if direct else _buffer(app._view, 'scratch', img.size)
+    cv = _Canvas(tgt)
+    if first is None: tgt.paste(COL['bg'], R)
+    elif ops[first][0] == 'rect': tgt.paste(ops[first][2], R)   # R lies inside its fill
+    else: _replay(app, cv, ops[first], R)
+    for i in tail: _replay(app, cv, ops[i], R)   # (what falls outside R is not used)
+    if not direct: img.paste(tgt.crop(R), R[:2])
+
+def _screenshot(self)->Image.Image:
+    "The window, redrawing only the regions whose drawing calls changed since the last frame"
+    if self._img is not None: return self._img
+    rec, root = _Rec(), self.tree
+    try: root.draw(rec, root) if root.draw else _draw_children(rec, root)
+    except _NoRecord: self._frame = None; return SciApp.screenshot(self)
+    ops, screen = rec.ops, self.screen
+    boxes, dirty, prev = [None] * len(ops), [], self._frame
+    if prev is not None and prev[0] == screen:
+        A, Ab = prev[1], prev[2]
+        try:   # pair the old calls with the new: one by one while their number is the same, else by a sequence diff
+            blocks = ([('equal' if a == b else 'replace', i, i + 1, i, i + 1) for i, (a, b) in enumerate(zip(A, ops))] if len(A) == len(ops)
+                      else difflib.SequenceMatcher(None, A, ops, autojunk=False).get_opcodes())
+        except TypeError: blocks, prev = [], None   # an unhashable call: draw everything
+        for tag, i0, i1, j0, j1 in blocks:
+            if tag == 'equal': boxes[j0:j1] = Ab[i0:i1]; continue
+            dirty += Ab[i0:i1]
+            for j in range(j0, j1): boxes[j] = _op_box(ops[j], screen); dirty.append(boxes[j])
+        dirty = _regions(dirty, screen)
+    if prev is None or prev[0] != screen or (len(dirty) == 1 and (dirty[0][2] - dirty[0][0]) * (dirty[0][3] - dirty[0][1]) > 0.9 * screen[0] * screen[1]):
+        img = Image.new('RGB', screen, COL['bg']); cv = _Canvas(img)   # the whole window, as `SciApp.screenshot` draws it
+        for op in ops: _replay(self, cv, op)
+        boxes = [_op_box(op, screen) for op in ops]
+    elif dirty:
+        img = prev[3].copy()
+        for R in dirty: _redraw(self, img, ops, boxes, R)
+    else: img = prev[3]   # nothing changed: the same (never modified) image
+    self._frame = (screen, ops, boxes, img)
+    self._img = img
+    return img
+Astronomy.screenshot = _screenshot
