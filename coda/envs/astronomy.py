@@ -1738,10 +1738,9 @@ def _replay(app, cv, op, R=None):
     elif k == 'text': cv.text(op[1], op[2], op[3], op[4], op[5])
     elif k == 'view':
         (x0, y0, x1, y1), im = op[1], app._view['img']
-        if R is None: cv.img.paste(im, (x0, y0))
-        else:
-            c = (max(0, R[0] - x0), max(0, R[1] - y0), min(im.width, R[2] - x0), min(im.height, R[3] - y0))
-            if c[0] < c[2] and c[1] < c[3]: cv.img.paste(im.crop(c), (x0 + c[0], y0 + c[1]))
+        c = (0, 0) + im.size if R is None else (max(0, R[0] - x0), max(0, R[1] - y0), min(im.width, R[2] - x0), min(im.height, R[3] - y0))
+        if c == (0, 0) + im.size: cv.img.paste(im, (x0, y0))
+        elif c[0] < c[2] and c[1] < c[3]: cv.img.paste(im.crop(c), (x0 + c[0], y0 + c[1]))
         cv.rect(op[1], outline=COL['border'])
     else: getattr(cv.d, op[1])(*op[2], **dict(op[3]))
 
