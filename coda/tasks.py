@@ -9,14 +9,14 @@ __all__ = ['MAX_DEPTH', 'MAX_NODES', 'MAX_STEPS', 'MAX_LEN', 'MAX_TEXT', 'MAX_PA
            'point_key', 'gcmd_key', 'translate_item', 'translate_task', 'native_support', 'scienceboard_tasks',
            'scienceboard_report']
 
-# %% ../nbs/06_tasks.ipynb #d6587333
+# %% ../nbs/06_tasks.ipynb #2085a2ac
 import ast, copy, json, math, re
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 import numpy as np
 from .paths import SHARED
 
-# %% ../nbs/06_tasks.ipynb #2c1afcea
+# %% ../nbs/06_tasks.ipynb #f8a30995
 class CheckError(ValueError):
     "A checker expression that is malformed, or that cannot be evaluated on this dump"
 
@@ -40,7 +40,7 @@ def is_op(x)->bool:
     "Whether `x` is an operation (a list whose first element is a string)"
     return isinstance(x, list) and len(x) > 0 and isinstance(x[0], str)
 
-# %% ../nbs/06_tasks.ipynb #70bd11be
+# %% ../nbs/06_tasks.ipynb #c8dc8536
 def validate(expr,                # a checker expression
              where:str='check',   # how error messages name the expression's root
             )->None:
@@ -76,7 +76,7 @@ def validate(expr,                # a checker expression
         for i, a in enumerate(args, 1): walk(a, f"{at}[{i}]", d + 1)
     walk(expr, where, 0)
 
-# %% ../nbs/06_tasks.ipynb #c790ed51
+# %% ../nbs/06_tasks.ipynb #541f4232
 def _show(x, n=80):
     "A short repr for messages"
     r = repr(x)
@@ -334,7 +334,7 @@ def check(expr,          # a checker expression
     validate(expr)
     return _Eval(dump).ev(expr, item, {}, 0)
 
-# %% ../nbs/06_tasks.ipynb #4d053c22
+# %% ../nbs/06_tasks.ipynb #64f8e5e4
 STOPS = ('DONE', 'ANS', 'FAIL', 'BUDGET', 'STUCK', 'ERROR', 'TIMEOUT')  # how an episode can end (coda.agent)
 STOP_ITEMS = ('DONE', 'FAIL', 'ANS')                                   # what a `stop` item may ask for
 
@@ -362,7 +362,7 @@ def run_checks(items:list,       # a task's `evaluate` items
         except Exception as e: reasons.append(f"{tag}: {type(e).__name__}: {e}")  # ScienceBoard: any error fails the item
     return not reasons, reasons
 
-# %% ../nbs/06_tasks.ipynb #364f0002
+# %% ../nbs/06_tasks.ipynb #4a554325
 _KNOWN = ('type', 'app', 'id', 'sort', 'steps', 'instruction', 'initialize', 'evaluate', 'ans', 'split')
 
 class TaskError(ValueError):
@@ -426,7 +426,7 @@ class Task:
         "`run_checks` over this task's evaluate items: (passed, reasons)"
         return run_checks(self.evaluate, dump, stop, answer)
 
-# %% ../nbs/06_tasks.ipynb #67ba301d
+# %% ../nbs/06_tasks.ipynb #07a1539f
 def load_task(path:Path|str)->Task:
     "One task file"
     p = Path(path)
@@ -458,7 +458,7 @@ def load_tasks(path:Path|str,          # a task file, a folder of them (searched
     tasks = [t for t in tasks if (apps is None or t.app in apps) and (split is None or t.split == split)]
     return sorted(tasks, key=lambda t: t.key)
 
-# %% ../nbs/06_tasks.ipynb #833fa30b
+# %% ../nbs/06_tasks.ipynb #36fee69f
 class Untranslatable(ValueError):
     "A ScienceBoard lambda (or item) outside what translates to the checker language; the message says why"
 
@@ -648,7 +648,7 @@ def translate_lambda(src:str,       # a Python lambda, e.g. "lambda key, value: 
     except CheckError as e: raise Untranslatable(str(e)) from None
     return out
 
-# %% ../nbs/06_tasks.ipynb #83c7cfb1
+# %% ../nbs/06_tasks.ipynb #5fb6813d
 def point_key(p:list, # a sample point, [x, y] or [x, y, z]
              )->str: # e.g. '(11.46, 5.948051324504194)'
     "A sample point as KAlgebra's fork writes it in /func replies: '(x, y)' with nlohmann's number format"
@@ -669,7 +669,7 @@ def _field(name, f):
 
 def _key_pred(it, root):
     "ScienceBoard's info/db rule: pred(key(root), value), pred defaulting to =="
-    k = _field('key', lambda: translate_lambda(it['key'], (root,)))   # ScienceBoard eval()s any key string
+    k = _field('key', lambda: translate_lambda(it['key'], (root,)))   # ScienceBoard runs any key string as Python
     v = _lit(it['value'])
     if 'pred' in it: return _field('pred', lambda: translate_lambda(it['pred'], (k, v)))
     return ['==', k, v]
@@ -748,7 +748,7 @@ def translate_task(task:Task, # a task with ScienceBoard's evaluate items
         if new is None: why.append(f"evaluate[{i}] ({it.get('type') if isinstance(it, dict) else '?'}): {reason}")
     return replace(task, evaluate=out), why
 
-# %% ../nbs/06_tasks.ipynb #1f0e0f15
+# %% ../nbs/06_tasks.ipynb #1975fe7d
 _GRASS_LOC = re.compile(r'grassdata/([A-Za-z0-9_\-]+)')
 
 def native_support(task:Task, # a ScienceBoard task (or one in its format)
@@ -769,7 +769,7 @@ def native_support(task:Task, # a ScienceBoard task (or one in its format)
         return False, "GRASS checks read the grass-gui fork's /dump, which relies on GRASS 8.4 internals (Debian has 8.2)"
     return False, f"no native environment for {task.app}"
 
-# %% ../nbs/06_tasks.ipynb #333c768b
+# %% ../nbs/06_tasks.ipynb #2c5def72
 CODA_APPS = ('KAlgebra', 'ChimeraX', 'GrassGIS', 'Celestia')
 
 def scienceboard_tasks(root:Path|str=SHARED/'data'/'scienceboard'/'tasks',  # ScienceBoard's tasks/VM folder (one folder per app)

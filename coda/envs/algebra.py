@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['FUNCS', 'SAMPLES', 'COLORS', 'DEFAULT_VIEW', 'TABS', 'PLOT_BOX', 'CalcError', 'calc', 'fmt', 'Algebra']
 
-# %% ../../nbs/05b_algebra.ipynb #b83d31f5
+# %% ../../nbs/05b_algebra.ipynb #f01512b0
 import ast, math, operator
 from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, panel, label, button, checkbox, text_field,
                                list_box, menu_bar, dialog, text_width, _draw_children)
 
-# %% ../../nbs/05b_algebra.ipynb #4c59a5d8
+# %% ../../nbs/05b_algebra.ipynb #34f5d2e3
 FUNCS = {'sin': (math.sin, 1, 'sine of an angle'), 'cos': (math.cos, 1, 'cosine of an angle'), 'tan': (math.tan, 1, 'tangent of an angle'),
          'asin': (math.asin, 1, 'inverse sine'), 'acos': (math.acos, 1, 'inverse cosine'), 'atan': (math.atan, 1, 'inverse tangent'),
          'sinh': (math.sinh, 1, 'hyperbolic sine'), 'cosh': (math.cosh, 1, 'hyperbolic cosine'), 'tanh': (math.tanh, 1, 'hyperbolic tangent'),
@@ -65,7 +65,7 @@ def fmt(v:float, precision:int=6)->str:
     s = f'{v:.{precision}f}'.rstrip('0').rstrip('.')
     return '0' if s in ('-0', '') else s
 
-# %% ../../nbs/05b_algebra.ipynb #1e8cc8fc
+# %% ../../nbs/05b_algebra.ipynb #a3f651ed
 SAMPLES = (-3, -2, -1, -0.5, 0, 0.5, 1, 2, 3)   # x values at which each plot's y is exposed to checkers
 COLORS = {'blue': (52, 101, 196), 'red': (210, 50, 50), 'green': (40, 150, 70), 'orange': (230, 140, 30), 'black': (20, 20, 20)}
 DEFAULT_VIEW = dict(xmin=-10.0, xmax=10.0, ymin=-6.0, ymax=6.0)
@@ -134,35 +134,33 @@ class Algebra(SciApp):
                     export=st['export'], plots=[dict(expr=p['expr'], color=p['color'], samples=self._samples(p['expr'])) for p in st['plots']],
                     dialog=None if not self.ui.get('dialog') else getattr(self.ui['dialog'], 'title', 'dialog'))
 
-# %% ../../nbs/05b_algebra.ipynb #2d70b54f
+# %% ../../nbs/05b_algebra.ipynb #1bba27e9
 def _tab(name):
     def f(app): app.state['tab'] = name; app.ui['focus'] = None
     return f
 
-def _precision_dialog(app):
-    def ok(app):
-        v = app.ui['fields'].get('Decimal places', '').strip()
-        if v.isdigit() and 0 <= int(v) <= 12: app.state['settings']['precision'] = int(v); app.close_dialog()
-        else: app.set_status('Precision must be a whole number from 0 to 12')
-    x, y = 440, 300
-    return dialog('Precision', (x, y, x + 400, y + 160), [
-        label((x + 20, y + 45, x + 380, y + 65), 'Decimal places shown in the console (0-12):'),
-        text_field(app, (x + 20, y + 72, x + 380, y + 100), 'Decimal places', on_enter=lambda app, t: ok(app)),
-        button((x + 190, y + 118, x + 280, y + 146), 'OK', ok, default=True),
-        button((x + 290, y + 118, x + 380, y + 146), 'Cancel', lambda app: app.close_dialog())])
-_precision_dialog.title = 'Precision'
+def _field_dialog(title, prompt, field, ok, ok_label='OK', placeholder=''):
+    "A dialog builder with one text field: Enter or the OK button calls `ok(app, text)`, Cancel closes"
+    def build(app):
+        x, y = 440, 300
+        done = lambda app: ok(app, app.ui['fields'].get(field, '').strip())
+        return dialog(title, (x, y, x + 400, y + 160), [
+            label((x + 20, y + 45, x + 380, y + 65), prompt),
+            text_field(app, (x + 20, y + 72, x + 380, y + 100), field, on_enter=lambda app, t: done(app), placeholder=placeholder),
+            button((x + 190, y + 118, x + 280, y + 146), ok_label, done, default=True),
+            button((x + 290, y + 118, x + 380, y + 146), 'Cancel', lambda app: app.close_dialog())])
+    build.title = title
+    return build
 
-def _export_dialog(app):
-    def ok(app):
-        v = app.ui['fields'].get('File name', '').strip()
-        if v: app.state['export'] = v; app.close_dialog(); app.set_status(f'Log exported to {v}')
-    x, y = 440, 300
-    return dialog('Export log', (x, y, x + 400, y + 160), [
-        label((x + 20, y + 45, x + 380, y + 65), 'Save the console log as:'),
-        text_field(app, (x + 20, y + 72, x + 380, y + 100), 'File name', on_enter=lambda app, t: ok(app), placeholder='log.txt'),
-        button((x + 190, y + 118, x + 280, y + 146), 'Save', ok, default=True),
-        button((x + 290, y + 118, x + 380, y + 146), 'Cancel', lambda app: app.close_dialog())])
-_export_dialog.title = 'Export log'
+def _set_precision(app, v):
+    if v.isdigit() and 0 <= int(v) <= 12: app.state['settings']['precision'] = int(v); app.close_dialog()
+    else: app.set_status('Precision must be a whole number from 0 to 12')
+
+def _export(app, v):
+    if v: app.state['export'] = v; app.close_dialog(); app.set_status(f'Log exported to {v}')
+
+_precision_dialog = _field_dialog('Precision', 'Decimal places shown in the console (0-12):', 'Decimal places', _set_precision)
+_export_dialog = _field_dialog('Export log', 'Save the console log as:', 'File name', _export, 'Save', 'log.txt')
 
 def _about_dialog(app):
     x, y = 440, 300
@@ -180,7 +178,7 @@ def _clear_vars(app): app.state['vars'] = {}
 def _reset_view(app): app.state['view'] = dict(DEFAULT_VIEW)
 def _new_session(app): app.state.update(vars={}, log=[], plots=[], view=dict(DEFAULT_VIEW))
 
-# %% ../../nbs/05b_algebra.ipynb #eba79a04
+# %% ../../nbs/05b_algebra.ipynb #5da13154
 def _menus(self):
     s = self.state['settings']
     return {'File': [MenuItem('New session', _new_session, 'ctrl+n'), MenuItem('Export log…', lambda app: app.open_dialog(_export_dialog), 'ctrl+e')],
@@ -194,7 +192,7 @@ def _menus(self):
 Algebra.menus = _menus
 Algebra.shortcuts = lambda self: {it.shortcut: it.action for items in self.menus().values() for it in items if it is not None and it.shortcut}
 
-# %% ../../nbs/05b_algebra.ipynb #6f797f3c
+# %% ../../nbs/05b_algebra.ipynb #155af1d3
 def _plot_canvas(app):
     st, v = app.state, app.state['view']
     x1, y1, x2, y2 = PLOT_BOX
@@ -236,24 +234,15 @@ def _plot_canvas(app):
 
 def _edit_dialog_for(name):
     "The dialog that edits a plotted function (opened by double-clicking it)"
-    def build(app):
+    def ok(app, v):
         p = app._plot_named(name)
-        def ok(app):
-            v = app.ui['fields'].get('Function', '').strip()
-            if p is not None and v:
-                try: calc(v, {**app.state['vars'], 'x': 0.7}, app._deg())
-                except CalcError as e:
-                    if 'unknown' in str(e) or 'cannot' in str(e): app.set_status(f'Error: {e}'); return
-                p['expr'] = v; app.ui['plot_sel'] = f'y = {v}'
-            app.close_dialog()
-        x, y = 440, 300
-        return dialog('Edit function', (x, y, x + 400, y + 160), [
-            label((x + 20, y + 45, x + 380, y + 65), 'y ='),
-            text_field(app, (x + 20, y + 72, x + 380, y + 100), 'Function', on_enter=lambda app, t: ok(app)),
-            button((x + 190, y + 118, x + 280, y + 146), 'OK', ok, default=True),
-            button((x + 290, y + 118, x + 380, y + 146), 'Cancel', lambda app: app.close_dialog())])
-    build.title = 'Edit function'
-    return build
+        if p is not None and v:
+            try: calc(v, {**app.state['vars'], 'x': 0.7}, app._deg())
+            except CalcError as e:
+                if 'unknown' in str(e) or 'cannot' in str(e): app.set_status(f'Error: {e}'); return
+            p['expr'] = v; app.ui['plot_sel'] = f'y = {v}'
+        app.close_dialog()
+    return _field_dialog('Edit function', 'y =', 'Function', ok)
 
 def _edit_plot(app, name):
     p = app._plot_named(name)

@@ -9,15 +9,15 @@ __all__ = ['AA3', 'SIDE', 'RING_CLOSE', 'SP2', 'RINGS', 'CATALOG', 'LIGAND_NAMES
            'LOG_COLORS', 'SWATCHES', 'MENU_TITLES', 'Structure', 'structure', 'CommandError', 'parse_color', 'rgb',
            'parse_spec', 'Biochem', 'project', 'pick', 'draw_scene']
 
-# %% ../../nbs/05c_biochem.ipynb #ae620527
+# %% ../../nbs/05c_biochem.ipynb #31d9d3ba
 import math, re, functools, random
 from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, Canvas2D, label, button, checkbox, text_field,
-                               dialog, text_width, _draw_children)
+                               dialog, menu_bar, text_width, _draw_children)
 
-# %% ../../nbs/05c_biochem.ipynb #81f7ac47
+# %% ../../nbs/05c_biochem.ipynb #d67c79ec
 def _add(a, b): return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
 def _sub(a, b): return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 def _mul(a, s): return (a[0] * s, a[1] * s, a[2] * s)
@@ -41,7 +41,7 @@ def _matmul(a, b): return [[sum(a[i][k] * b[k][j] for k in range(3)) for j in ra
 def _apply(m, v): return (m[0][0] * v[0] + m[0][1] * v[1] + m[0][2] * v[2], m[1][0] * v[0] + m[1][1] * v[1] + m[1][2] * v[2],
                           m[2][0] * v[0] + m[2][1] * v[1] + m[2][2] * v[2])
 
-# %% ../../nbs/05c_biochem.ipynb #5b24829a
+# %% ../../nbs/05c_biochem.ipynb #a2c8ffeb
 AA3 = dict(A='ALA', R='ARG', N='ASN', D='ASP', C='CYS', Q='GLN', E='GLU', G='GLY', H='HIS', I='ILE', L='LEU', K='LYS',
            M='MET', F='PHE', P='PRO', S='SER', T='THR', W='TRP', Y='TYR', V='VAL')
 SIDE = {'ALA': 'CB:CA', 'ARG': 'CB:CA CG:CB CD:CG NE:CD CZ:NE NH1:CZ NH2:CZ', 'ASN': 'CB:CA CG:CB OD1:CG ND2:CG',
@@ -79,7 +79,7 @@ RINGS = {'PHE': dict(zip(('CG', 'CD1', 'CE1', 'CZ', 'CE2', 'CD2'), _HEX)),
          'HIS': dict(zip(('CG', 'ND1', 'CE1', 'NE2', 'CD2'), _PENT)),
          'TRP': {**dict(zip(('CG', 'CD1', 'NE1', 'CE2', 'CD2'), _PENT)), **dict(zip(('CE2', 'CD2', 'CE3', 'CZ3', 'CH2', 'CZ2'), _TRP6))}}
 
-# %% ../../nbs/05c_biochem.ipynb #f7b4065c
+# %% ../../nbs/05c_biochem.ipynb #9812ce64
 CATALOG = {
     '1BKX': dict(title='Synthetic kinase domain fragment with benzamidine', seed=11,
                  chains={'A': ('MKTAYIAKQRQISFVKSHFSRQLEERLG', 'LHHHHHHHHHHHHLLLEEEEEELLLLLL'),
@@ -95,7 +95,7 @@ CATALOG = {
 }
 LIGAND_NAMES = {'BEN': 'benzamidine', 'PO4': 'phosphate ion', 'NAG': '2-acetamido-2-deoxy-beta-D-glucopyranose', 'SPM': 'spermine'}
 
-# %% ../../nbs/05c_biochem.ipynb #c4920495
+# %% ../../nbs/05c_biochem.ipynb #c2622d50
 @dataclass(repr=False)
 class Structure:
     "A parsed structure: atoms (names, elements, residue index, coordinates), residues and bonds"
@@ -124,7 +124,7 @@ class _Builder:
         return len(self.names) - 1
     def bond(self, i, j): self.bonds.append((min(i, j), max(i, j)))
 
-# %% ../../nbs/05c_biochem.ipynb #c3f01f56
+# %% ../../nbs/05c_biochem.ipynb #7eda5ee3
 def _ca_trace(ss, origin, fwd, rng):
     pts, pos, up = [], origin, _perp(fwd)
     for seg in re.findall(r'H+|E+|L+', ss):
@@ -219,7 +219,7 @@ def _add_hydrogens(b, resname, idx, first=False):
             d = away if len(hn) == 1 else _unit(_add(_mul(away, 0.5), _mul(_rotate(pp, away, 120 * k), 0.85)))
             b.bond(i, b.atom(h, 'H', _add(b.xyz[i], _mul(d, 1.0))))
 
-# %% ../../nbs/05c_biochem.ipynb #b9887c51
+# %% ../../nbs/05c_biochem.ipynb #a612e8b2
 _BACKBONE = [('P', 'P', 8.9, 0, 0.6), ('OP1', 'O', 10.1, -4, 1.3), ('OP2', 'O', 9.5, 8, -0.3), ("O5'", 'O', 8.5, 8, 1.3),
              ("C5'", 'C', 8.9, 16, 2.0), ("C4'", 'C', 8.3, 24, 2.1), ("O4'", 'O', 7.0, 22, 1.5), ("C3'", 'C', 8.9, 32, 2.4),
              ("O3'", 'O', 9.5, 29, 3.6), ("C2'", 'C', 7.9, 37, 1.7), ("C1'", 'C', 6.7, 32, 1.0)]
@@ -278,7 +278,7 @@ def _dna(b, seq):
             for x, y in bonds: b.bond(idx[x], idx[y])
             b.bond(idx["C1'"], idx[gly])
 
-# %% ../../nbs/05c_biochem.ipynb #5fa58097
+# %% ../../nbs/05c_biochem.ipynb #d309f214
 def _ligand_template(code):
     "Atoms (name, element, (x, y, z)) and bonds of a bundled ligand"
     if code == 'PO4':
@@ -312,7 +312,7 @@ def _random_rotation(rng):
 
 def _centroid(pts): return _mul(functools.reduce(_add, pts, (0.0, 0.0, 0.0)), 1 / max(1, len(pts)))
 
-# %% ../../nbs/05c_biochem.ipynb #78f40557
+# %% ../../nbs/05c_biochem.ipynb #ddf745ca
 def structure(pdb:str)->Structure:
     "The bundled structure with this id (deterministic: the same atoms and coordinates every time)"
     if pdb in _BUILT: return _BUILT[pdb]
@@ -354,7 +354,7 @@ def _structure(pdb):
                  if r[3] == 'protein' else 'L' for r in b.residues)
     return Structure(pdb, spec['title'], b.names, b.el, b.res_of, xyz, [tuple(r) for r in b.residues], b.bonds, ss)
 
-# %% ../../nbs/05c_biochem.ipynb #cf13e9b9
+# %% ../../nbs/05c_biochem.ipynb #4f8cd383
 COLOR_NAMES = dict(red='#ff0000', green='#008000', lime='#00ff00', blue='#0000ff', yellow='#ffff00', magenta='#ff00ff', cyan='#00ffff',
                    orange='#ffa500', purple='#800080', pink='#ffc0cb', hotpink='#ff69b4', white='#ffffff', black='#000000', gray='#808080',
                    grey='#808080', lightgray='#d3d3d3', lightgrey='#d3d3d3', darkgray='#a9a9a9', darkgrey='#a9a9a9', dimgray='#696969',
@@ -383,7 +383,7 @@ def parse_color(text:str)->str:
 
 def rgb(hexcol:str)->tuple: return tuple(int(hexcol[i:i + 2], 16) for i in (1, 3, 5))
 
-# %% ../../nbs/05c_biochem.ipynb #50f121e2
+# %% ../../nbs/05c_biochem.ipynb #bf2e8131
 _HIER = re.compile(r"^(?:#(?P<model>\d+(?:[-,]\d+)*))?(?:/(?P<chain>[A-Za-z0-9]+(?:,[A-Za-z0-9]+)*))?"
                    r"(?::(?P<res>[A-Za-z0-9]+(?:-\d+)?(?:,[A-Za-z0-9]+(?:-\d+)?)*))?(?:@(?P<atom>[A-Za-z0-9']+(?:,[A-Za-z0-9']+)*))?$")
 SPEC_WORDS = {'all': None, 'sel': None, 'protein': 'protein', 'nucleic': 'nucleic', 'ligand': 'ligand', 'solvent': 'water',
@@ -420,14 +420,14 @@ def parse_spec(text:str)->list:
         terms.append(t)
     return terms
 
-# %% ../../nbs/05c_biochem.ipynb #e8bfd222
+# %% ../../nbs/05c_biochem.ipynb #094978fa
 LIGHTING = {'default': dict(preset='default', intensity=1.0, ambient=0.8, shadows=False, multishadow=0, silhouettes=False, depth_cue=True),
             'simple': dict(preset='simple', intensity=1.0, ambient=0.8, shadows=False, multishadow=0, silhouettes=False, depth_cue=True),
             'full': dict(preset='full', intensity=1.0, ambient=0.8, shadows=True, multishadow=64, silhouettes=False, depth_cue=True),
             'soft': dict(preset='soft', intensity=0.0, ambient=1.5, shadows=False, multishadow=64, silhouettes=False, depth_cue=True),
             'flat': dict(preset='flat', intensity=0.0, ambient=1.45, shadows=False, multishadow=0, silhouettes=True, depth_cue=False)}
 
-# %% ../../nbs/05c_biochem.ipynb #c4cc583b
+# %% ../../nbs/05c_biochem.ipynb #9de503f8
 CANVAS = (256, 108, 892, 744)
 ROW_H = 20
 _I3 = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
@@ -511,7 +511,7 @@ class Biochem(SciApp):
             nb += sum(1 for i, j in st.bonds if i in s and j in s); nr += len({st.res_of[i] for i in idx})
         return f"{_plural(na, 'atom')}, {_plural(nb, 'bond')}, {_plural(nr, 'residue')}, {_plural(len(sel), 'model')}"
 
-# %% ../../nbs/05c_biochem.ipynb #3637b4da
+# %% ../../nbs/05c_biochem.ipynb #c459d620
 UNAVAILABLE = ('surface', 'coulombic', 'alphafold', 'movie', 'hbonds', 'clashes', 'contacts', 'addh', 'nucleotides', 'mlp',
                'matchmaker', 'blastprotein', 'key', 'scalebar', 'swapaa', 'volume', 'morph', 'dssp', 'interfaces', 'modeller', 'fitmap')
 COMMANDS = {'open': '_c_open', 'close': '_c_close', 'select': '_c_select', '~select': '_c_unselect', 'show': '_c_show',
@@ -555,7 +555,7 @@ def _run(self, text:str, echo:bool=True, quiet:bool=False):
     self._dirty()
 Biochem.run = _run
 
-# %% ../../nbs/05c_biochem.ipynb #3017546f
+# %% ../../nbs/05c_biochem.ipynb #67711d7b
 def _c_open(self, args):
     if not args: raise CommandError('Missing file name or PDB id')
     t = args[0]
@@ -634,7 +634,7 @@ def _c_style(self, args):
         for i in idx: m['style'][i] = STYLES[kw]
     self.set_status(f"Style {STYLES[kw]} for {_plural(sum(map(len, sel.values())), 'atom')}")
 
-# %% ../../nbs/05c_biochem.ipynb #221598ac
+# %% ../../nbs/05c_biochem.ipynb #6fe67576
 SCHEMES = ('bychain', 'byelement', 'byhetero', 'byatom', 'rainbow')
 def _rainbow(t):
     "Blue (t=0) to red (t=1) through cyan, green, yellow"
@@ -674,7 +674,7 @@ def _rainbow_model(self, m, idx):
 Biochem._rainbow = _rainbow_model
 def _c_rainbow(self, args): _c_color(self, args + ['rainbow'])
 
-# %% ../../nbs/05c_biochem.ipynb #2fbc6e02
+# %% ../../nbs/05c_biochem.ipynb #431e1b86
 def _view_all(self, spec=None):
     pts = []
     for m in self.state['models']:
@@ -743,7 +743,7 @@ def _c_graphics(self, args):
     if len(args) == 2 and args[0].lower() == 'silhouettes': self.state['lighting']['silhouettes'] = _bool(args[1]); return
     raise CommandError('graphics supports only silhouettes true|false')
 
-# %% ../../nbs/05c_biochem.ipynb #7ff8cad6
+# %% ../../nbs/05c_biochem.ipynb #0f750cfc
 def _one_atom_each(self, args, n):
     "Resolve `n` atoms from `args`: either n specs of one atom each, or one spec of exactly n atoms"
     found = []
@@ -872,7 +872,7 @@ for _n in list(globals()):
     if _n.startswith('_c_'): setattr(Biochem, _n, globals()[_n])
 Biochem._set_sel = _set_sel
 
-# %% ../../nbs/05c_biochem.ipynb #c73b5cf3
+# %% ../../nbs/05c_biochem.ipynb #683b85bd
 def _dump(self):
     st_ = self.state; residues = []
     for m in st_['models']:
@@ -896,7 +896,7 @@ def _dump(self):
                 dialog=None if not self.ui.get('dialog') else getattr(self.ui['dialog'], 'title', 'dialog'))
 Biochem.dump = _dump
 
-# %% ../../nbs/05c_biochem.ipynb #7a3690f0
+# %% ../../nbs/05c_biochem.ipynb #43b0a376
 def _mix(a, b, t): return (round(a[0] + (b[0] - a[0]) * t), round(a[1] + (b[1] - a[1]) * t), round(a[2] + (b[2] - a[2]) * t))
 
 def _camera_fn(app, ox=0, oy=0):
@@ -944,7 +944,7 @@ def _radius(style, el, s, bonded):
     if style == 'ball': return max(2.0, 0.28 * s * VDW.get(el, 1.7) / 1.7)
     return max(1.2, 0.18 * s) if bonded else max(2.0, 0.3 * s)
 
-# %% ../../nbs/05c_biochem.ipynb #4ca2f04b
+# %% ../../nbs/05c_biochem.ipynb #980ea373
 def _scene_key(app, box):
     "Everything the 3D view depends on, hashable"
     st = app.state; cam = st['camera']
@@ -1066,7 +1066,7 @@ def _paint_scene(cv, app, box=CANVAS):
     for text, (x, y) in app._label_positions():
         cv.text((x - ox, y - oy), text, fg, 12)
 
-# %% ../../nbs/05c_biochem.ipynb #7e0b0e5d
+# %% ../../nbs/05c_biochem.ipynb #0b2e8863
 def _parse_aspec(self, a):
     "'#1/A:12@CA' -> (1, atom index)"
     m = re.fullmatch(r"#(\d+)/(\w+):(-?\d+)@([\w']+)", a)
@@ -1096,7 +1096,7 @@ def _label_positions(self):
     return out
 Biochem._label_positions = _label_positions
 
-# %% ../../nbs/05c_biochem.ipynb #08e8bdbe
+# %% ../../nbs/05c_biochem.ipynb #852e2b76
 def _target(app): return 'sel' if any(m['sel'] for m in app.state['models']) else ''
 def _do(cmd):
     "A menu/toolbar action: run a command (a string, or f(app) -> string), echoed to the Log"
@@ -1172,7 +1172,7 @@ def _toolbar(app):
     bar.draw = draw
     return bar
 
-# %% ../../nbs/05c_biochem.ipynb #70133f7c
+# %% ../../nbs/05c_biochem.ipynb #df3bf205
 def _res_rows(app):
     "[(model id, residue index, row name)] for every residue of every model"
     return _rows_for(tuple((m['id'], m['pdb']) for m in app.state['models']))
@@ -1274,7 +1274,7 @@ def _models_panel(app, box):
     w.draw = draw
     return w
 
-# %% ../../nbs/05c_biochem.ipynb #67d4b1b4
+# %% ../../nbs/05c_biochem.ipynb #f89ca9ac
 LOG_BOX = (896, 130, 1276, 744)
 LOG_LINE = 16
 LOG_COLORS = {'cmd': (40, 90, 190), 'error': (200, 30, 30), 'info': (25, 25, 30)}
@@ -1364,7 +1364,7 @@ def _command_line(app):
     f.on_key = key
     return f
 
-# %% ../../nbs/05c_biochem.ipynb #a7f7d778
+# %% ../../nbs/05c_biochem.ipynb #a69da640
 def _dlg_buttons(x2, y2, ok_name, ok, cancel='Cancel'):
     return [button((x2 - 200, y2 - 40, x2 - 110, y2 - 12), ok_name, ok, default=True),
             button((x2 - 100, y2 - 40, x2 - 10, y2 - 12), cancel, lambda app: app.close_dialog())]
@@ -1502,7 +1502,7 @@ def _about_dialog(app):
         button((x + 290, y + 110, x + 380, y + 138), 'Close', lambda app: app.close_dialog(), default=True)])
 _about_dialog.title = 'About Biochem'
 
-# %% ../../nbs/05c_biochem.ipynb #5863ff2e
+# %% ../../nbs/05c_biochem.ipynb #cb2d8e61
 def _dialog_with_focus(builder, field=None):
     def f(app):
         if builder is _lighting_dialog: return _open_lighting(app)
@@ -1561,26 +1561,6 @@ def _menus(self):
 Biochem.menus = _menus
 MENU_TITLES = ('File', 'Select', 'Actions', 'Style', 'Color', 'Lighting', 'View', 'Tools', 'Help')
 
-@functools.cache
-def _menu_layout(): 
-    xs, x = [], 6
-    for t in MENU_TITLES: w = text_width(t) + 18; xs.append((t, x, w)); x += w
-    return xs
-
-def _menu_bar(app, y=28, h=24):
-    "The toolkit's menu bar, with title widths measured once (menu items are built only when a menu opens)"
-    bar = Widget('menu bar', '', (0, y, W, y + h), a11y=False)
-    for title, x, tw in _menu_layout():
-        opened = app.ui.get('menu') == title
-        def draw(cv, w, opened=opened, title=title):
-            if opened: cv.rect(w.box, fill=COL['sel'])
-            cv.text((w.box[0] + 9, w.box[1] + 2), title)
-        def click(app, x_, y_, n, title=title): app.ui['menu'] = None if app.ui.get('menu') == title else title
-        bar.children.append(Widget('menu', title, (x, y, x + tw, y + h), ('expanded',) if opened else (), draw=draw, on_click=click))
-    def draw(cv, w):
-        cv.rect(w.box, fill=COL['menu']); cv.line([(0, w.box[3] - 1), (W, w.box[3] - 1)], COL['border']); _draw_children(cv, w)
-    bar.draw = draw
-    return bar
 Biochem.shortcuts = lambda self: {'ctrl+o': _dialog_with_focus(_open_dialog, 'File name or PDB ID'), 'ctrl+s': _dialog_with_focus(_save_dialog, 'File name')}
 
 def _build(self):
@@ -1589,7 +1569,7 @@ def _build(self):
     root = Widget('panel', '', (0, 0, W, H), a11y=False)   # no fill: the frame starts in the background colour
     title = 'Biochem - scidesk' + (f" - {st['models'][0]['name']}" if st['models'] else '')
     root.add(Widget('title', title, (0, 0, W, 28), draw=lambda cv, w: (cv.rect(w.box, fill=COL['title']), cv.text((12, 5), w.name, (255, 255, 255)))))
-    root.add(_menu_bar(self))
+    root.add(menu_bar(self, MENU_TITLES))   # titles only: menu items are built when a menu opens
     root.add(_toolbar(self))
     root.add(label((8, 110, 250, 128), 'Models', fill=COL['dim']))
     root.add(_models_panel(self, (4, 130, 252, 212)))

@@ -7,7 +7,7 @@ __all__ = ['W', 'H', 'COL', 'APPS', 'TASKS_DIR', 'font', 'text_width', 'Canvas2D
            'checkbox', 'text_field', 'list_box', 'MenuItem', 'menu_bar', 'popup_menu', 'dialog', 'SciApp', 'find',
            'oracle_actions', 'run_oracle', 'app_class', 'scidesk_tasks', 'SciDesk', 'random_actions', 'run_random']
 
-# %% ../../nbs/05a_scidesk.ipynb #5327e308
+# %% ../../nbs/05a_scidesk.ipynb #746e66a3
 import functools, math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 from ..actions import Action
 from .core import Observation, Element
 
-# %% ../../nbs/05a_scidesk.ipynb #332f37f7
+# %% ../../nbs/05a_scidesk.ipynb #5905dc37
 W, H = 1280, 800
 COL = dict(bg=(240, 240, 243), panel=(250, 250, 252), border=(170, 172, 180), text=(25, 25, 30), dim=(110, 112, 120),
            accent=(52, 101, 196), sel=(205, 220, 245), title=(58, 62, 74), menu=(232, 233, 238), field=(255, 255, 255),
@@ -46,7 +46,7 @@ class Canvas2D:
         m = _mask(text, size)
         if m is not None: self.img.paste(fill, (int(xy[0]), int(xy[1]) + 2), m)
 
-# %% ../../nbs/05a_scidesk.ipynb #4489c407
+# %% ../../nbs/05a_scidesk.ipynb #eb57767f
 @dataclass(eq=False)
 class Widget:
     "A box on screen with a role, a name, states, children and event handlers"
@@ -77,7 +77,7 @@ class Widget:
     def add(self, *ws):
         self.children.extend(ws); return self
 
-# %% ../../nbs/05a_scidesk.ipynb #f0db7a5b
+# %% ../../nbs/05a_scidesk.ipynb #cabcba66
 def _draw_children(cv, w):
     for c in w.children:
         if c.draw: c.draw(cv, c)
@@ -110,7 +110,7 @@ def checkbox(box, name, checked, on_toggle)->Widget:
         cv.text((x + 20, y - 2), name)
     return Widget('check box', name, box, ('checked',) if checked else (), draw=draw, on_click=lambda app, x, y, n: on_toggle(app, not checked))
 
-# %% ../../nbs/05a_scidesk.ipynb #e5d24d40
+# %% ../../nbs/05a_scidesk.ipynb #469710d4
 def text_field(app, box, name, on_enter=None, placeholder='')->Widget:
     "A one-line text field whose buffer lives in `app.ui['fields'][name]`; click focuses; Enter calls `on_enter(app, text)`"
     buf = app.ui['fields'].get(name, '')
@@ -139,7 +139,7 @@ def text_field(app, box, name, on_enter=None, placeholder='')->Widget:
         return False
     return Widget('text field', name, box, ('focused',) if focused else (), draw=draw, on_click=click, on_key=key, value=buf)
 
-# %% ../../nbs/05a_scidesk.ipynb #ea13181e
+# %% ../../nbs/05a_scidesk.ipynb #f1f17965
 def list_box(app, box, name, items, selected=None, on_select=None, on_activate=None, on_right=None, row_h=22)->Widget:
     "A scrollable list; rows are children (role 'list item'); click selects, double click activates, wheel scrolls"
     off = min(app.ui['scroll'].get(name, 0), max(0, len(items) - 1))
@@ -169,7 +169,7 @@ def list_box(app, box, name, items, selected=None, on_select=None, on_activate=N
     w.draw = draw
     return w
 
-# %% ../../nbs/05a_scidesk.ipynb #c3baad28
+# %% ../../nbs/05a_scidesk.ipynb #5c22a6aa
 @dataclass
 class MenuItem:
     "One menu entry"
@@ -179,8 +179,8 @@ class MenuItem:
     checked: bool|None = None      # None: not checkable
     enabled: bool = True
 
-def menu_bar(app, menus:dict, y=28, h=24)->Widget:
-    "A menu bar from {title: [MenuItem|None (separator)]}; the open menu is `app.ui['menu']`"
+def menu_bar(app, menus, y=28, h=24)->Widget:
+    "A menu bar from the menu titles (a sequence, or the app's {title: items} dict); the open menu is `app.ui['menu']`"
     bar = Widget('menu bar', '', (0, y, W, y + h), a11y=False)
     x = 6
     for title in menus:
@@ -226,7 +226,7 @@ def popup_menu(app, items:list, x, y, name='')->Widget:
     pop.on_click = lambda app, x, y, n: None  # clicks on gaps inside the popup do nothing
     return pop
 
-# %% ../../nbs/05a_scidesk.ipynb #2eeaad63
+# %% ../../nbs/05a_scidesk.ipynb #7b7d60bd
 def dialog(title, box, children:list)->Widget:
     "A modal dialog window with a title bar"
     dlg = Widget('dialog', title, box)
@@ -240,7 +240,7 @@ def dialog(title, box, children:list)->Widget:
     dlg.on_click = lambda app, x, y, n: None
     return dlg
 
-# %% ../../nbs/05a_scidesk.ipynb #009cba70
+# %% ../../nbs/05a_scidesk.ipynb #fcc89a06
 class SciApp:
     "Base of the scidesk apps: the Env protocol over an immediate-mode widget tree"
     app_name = 'App'
@@ -394,7 +394,7 @@ class SciApp:
     def context_menu(self, items, x, y): self.ui['context'] = (items, x, y); self._dirty()
     def set_status(self, text): self.ui['status'] = text
 
-# %% ../../nbs/05a_scidesk.ipynb #e351bcd7
+# %% ../../nbs/05a_scidesk.ipynb #c47dbb1d
 def find(obs:Observation, target:str)->Element:
     "The topmost element named `target` (or 'role:name') in the accessibility tree"
     role, _, name = target.partition(':') if ':' in target and target.split(':', 1)[0] in _ROLES else ('', '', target)
@@ -436,7 +436,7 @@ def run_oracle(env, task)->tuple:
     for st in steps: obs = env.step(oracle_actions(st, obs))
     return env.evaluate(), len(steps)
 
-# %% ../../nbs/05a_scidesk.ipynb #19c8c512
+# %% ../../nbs/05a_scidesk.ipynb #21dd5adf
 import importlib, random
 from ..paths import DATA
 from .core import register_env
@@ -476,7 +476,7 @@ class SciDesk:
 
 register_env('scidesk', SciDesk)
 
-# %% ../../nbs/05a_scidesk.ipynb #2e4327e9
+# %% ../../nbs/05a_scidesk.ipynb #f3a85ae5
 def random_actions(obs:Observation, rng:random.Random)->list:
     "One step of a random policy that uses every action kind"
     els = [e for e in (obs.a11y or []) if e.bbox[2] > e.bbox[0]]
