@@ -1,0 +1,131 @@
+"""`coda.envs.desktop` on real Xvfb: private desktops side by side, input reaching only its own display, an app killed
+mid-episode giving an error result, and no process left behind (counted before and after, by the desktop marker).
+
+Needs Debian's xvfb, xdotool, openbox and dbus (`make test` installs them); skipped without them, except in CI."""
+import json, os, shutil, signal, sys, time
+from pathlib import Path
+import pytest
+from coda.actions import Action
+from coda.envs.desktop import (Desktop, DesktopEnv, DesktopApp, AppCrashed, DesktopError, register_app, DESKTOP_APPS,
+                               desktop_processes, orphaned_processes)
+from coda.tasks import Task
+
+PROBE = Path(__file__).parent/'apps'/'tk_probe.py'
+pytestmark = pytest.mark.xvfb
+
+@pytest.fixture(autouse=True)
+def needs_x():
+    missing = [p for p in ('Xvfb', 'xdotool', 'openbox', 'dbus-daemon') if not shutil.which(p)]
+    if missing:
+        if os.environ.get('CI') == 'true': pytest.fail(f"CI needs {missing} (make sysdeps)")
+        pytest.skip(f"not installed: {missing}")
+
+def events(log): return [json.loads(l) for l in Path(log).read_text().splitlines() if l.strip()]
+
+def wait_for(pred, timeout=15):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred(): return True
+        time.sleep(0.05)
+    raise AssertionError('condition not met')
+
+def test_desktop_starts_and_releases_everything(tmp_path):
+    before = desktop_processes(owner=os.getpid())
+    d = Desktop().start()
+    tmp, mark = d.tmp, d.id
+    p = d.launch([sys.executable, str(PROBE), str(tmp_path/'ev.jsonl'), '1280', '800'], 'probe')
+    d.wait_window('.', proc=p, min_size=(500, 300))
+    pids = d.processes()
+    assert len(pids) >= 4 and p.pid in pids                      # Xvfb, bus, openbox, the app
+    assert d.screenshot().size == (1280, 800)
+    d.close(); d.close()                                          # twice is fine
+    assert desktop_processes(mark) == [] and not tmp.exists()
+    assert desktop_processes(owner=os.getpid()) == before
+
+def test_four_desktops_side_by_side_each_get_their_own_input(tmp_path):
+    before = desktop_processes(owner=os.getpid())
+    desks, logs = [Desktop(wm=None, bus=False).start() for _ in range(4)], []
+    try:
+        assert len({d.display for d in desks}) == 4
+        for i, d in enumerate(desks):
+            logs.append(tmp_path/f'ev{i}.jsonl'); logs[-1].touch()
+            d.launch([sys.executable, str(PROBE), str(logs[-1]), '1280', '800'], 'probe')
+        for log in logs: wait_for(lambda: any(e['ev'] == 'ready' for e in events(log)))
+        for i, d in enumerate(desks): d.act([Action('click', 100 + 50 * i, 200 + 30 * i)])
+        for i, log in enumerate(logs):
+            wait_for(lambda: any(e['ev'] == 'press' for e in events(log)))
+            presses = [(e['x'], e['y']) for e in events(log) if e['ev'] == 'press']
+            assert presses == [(100 + 50 * i, 200 + 30 * i)], (i, presses)   # each desktop saw its own click only
+    finally:
+        for d in desks: d.close()
+    assert desktop_processes(owner=os.getpid()) == before
+
+@register_app
+class ProbeApp(DesktopApp):
+    "The Tk probe as a desktop app: its state is the events it logged"
+    name, window = 'Probe', '.'
+    def command(self):
+        self.log = self.desktop.tmp/'events.jsonl'; self.log.touch()
+        return [sys.executable, str(PROBE), str(self.log), '1280', '800']
+    def dump(self): return {'clicks': sum(e['ev'] == 'press' for e in events(self.log))}
+
+TASK = Task(id='P-1', app='Probe', instruction='Click once.', steps=5, evaluate=[{'type': 'db', 'check': ['>=', ['$', 'clicks'], 1]}])
+
+def test_env_episode_scores_and_a_killed_app_is_an_error_not_a_success():
+    before = desktop_processes(owner=os.getpid())
+    with DesktopEnv() as env:
+        obs = env.reset(TASK)
+        assert obs.screenshot.size == (1280, 800) and env.evaluate() == 0.0
+        env.step([Action('click', 300, 300)])
+        assert env.evaluate() == 1.0
+        env.reset(TASK)                                            # a fresh desktop: the clicks are gone
+        assert env.evaluate() == 0.0
+        os.killpg(env.app.proc.pid, signal.SIGKILL)
+        wait_for(lambda: env.app.proc.poll() is not None)
+        with pytest.raises(AppCrashed): env.step([Action('click', 300, 300)])
+        with pytest.raises(AppCrashed): env.evaluate()
+    assert desktop_processes(owner=os.getpid()) == before
+
+def test_agent_records_a_crash_mid_episode_as_an_error(tmp_path):
+    "The real agent loop over HTTP; the app is killed after the first step: error result, score 0, nothing left"
+    sys.path.insert(0, str(Path(__file__).parent))
+    from agent_fixtures import ScriptedServer
+    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.models import OpenAIChat
+    before = desktop_processes(owner=os.getpid())
+    env = DesktopEnv()
+    def policy(body):
+        if body['model'] == 'planner': return "Thought: Click the middle.\nAction: click(start_box='(640,300)')"
+        return "click(start_box='(500,400)')"
+    def on_step(rec, png):
+        if rec['step'] == 0: os.killpg(env.app.proc.pid, signal.SIGKILL); env.app.proc.wait(10)
+    with ScriptedServer(policy) as srv:
+        async def go():
+            p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
+            try: return await Agent(p, e, AgentConfig(continue_final=False, stuck_after=10)).run(env, TASK, on_step=on_step)
+            finally: await p.aclose(); await e.aclose()
+        res = run_sync(go())
+    env.close()
+    assert (res['status'], res['stop'], res['score']) == ('error', 'ERROR', 0.0) and 'Probe exited' in res['reason']
+    assert desktop_processes(owner=os.getpid()) == before
+
+def test_orphans_of_a_killed_driver_are_reaped(tmp_path):
+    "A driver killed with SIGKILL cannot clean up; the next desktop kills what it left"
+    code = ("import sys, time; sys.path.insert(0, %r)\nfrom coda.envs.desktop import Desktop\n"
+            "d = Desktop().start(); print('ID=' + d.id, flush=True); time.sleep(60)") % str(Path(__file__).parents[1])
+    import subprocess
+    drv = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True)
+    mark = next(l for l in drv.stdout if l.startswith('ID='))[3:].strip()
+    assert len(desktop_processes(mark)) >= 2
+    drv.kill(); drv.wait()
+    wait_for(lambda: set(desktop_processes(mark)) <= set(orphaned_processes()))
+    with Desktop(wm=None, bus=False): pass                       # starting any desktop reaps the orphans
+    assert desktop_processes(mark) == []
+
+def test_missing_program_and_unknown_app_are_clear_errors():
+    with pytest.raises(ValueError, match='no desktop app'): DesktopEnv().reset(Task(id='x', app='NoSuchApp', instruction='x'))
+    class Broken(DesktopApp):
+        name, window = 'Broken', '.'
+        def command(self): return [sys.executable, '-c', 'import sys; print("boom"); sys.exit(3)']
+    with Desktop(wm=None, bus=False) as d:
+        with pytest.raises(AppCrashed, match='boom'): Broken(d).start()
