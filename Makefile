@@ -22,7 +22,7 @@ $(STAMP):
 
 setup: $(STAMP)  ## create .venv and install coda with its dev extras
 
-sysdeps:  ## install the Debian packages the tests need (Xvfb, xdotool, xclip, Tk), when missing
+sysdeps:  ## install the Debian packages the tests need (Xvfb, xdotool, xclip, Tk, openbox, dbus, kalgebra, GRASS GIS), when missing
 	@bash .ci/sysdeps
 
 reproduce: $(STAMP)  ## run the reproduction (CPU defaults) into runs/

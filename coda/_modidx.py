@@ -525,6 +525,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'coda.envs.desktop.DesktopEnv.step': ('desktop.html#desktopenv.step', 'coda/envs/desktop.py'),
                                    'coda.envs.desktop.DesktopError': ('desktop.html#desktoperror', 'coda/envs/desktop.py'),
                                    'coda.envs.desktop._cleanup': ('desktop.html#_cleanup', 'coda/envs/desktop.py'),
+                                   'coda.envs.desktop._keep_big_buffers': ('desktop.html#_keep_big_buffers', 'coda/envs/desktop.py'),
                                    'coda.envs.desktop._kill': ('desktop.html#_kill', 'coda/envs/desktop.py'),
                                    'coda.envs.desktop._load_apps': ('desktop.html#_load_apps', 'coda/envs/desktop.py'),
                                    'coda.envs.desktop._proc_env': ('desktop.html#_proc_env', 'coda/envs/desktop.py'),

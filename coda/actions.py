@@ -556,14 +556,15 @@ class XdotoolBackend:
         return p.stdout
     def _xy(self, x, y): return str(round(x)), str(round(y))
     def click(self, x, y, button='left', clicks=1):
-        self.run('mousemove', *self._xy(x, y), 'click', '--repeat', clicks, '--delay', 60, {'left': 1, 'middle': 2, 'right': 3}[button])
+        # --delay is also slept after the last click (100 ms by default): only a double click needs it
+        self.run('mousemove', *self._xy(x, y), 'click', '--repeat', clicks, '--delay', 60 if clicks > 1 else 0, {'left': 1, 'middle': 2, 'right': 3}[button])
     def move(self, x, y): self.run('mousemove', *self._xy(x, y))
     def drag(self, x, y, x2, y2):
         mx, my = self._xy((x + x2) / 2, (y + y2) / 2)
         self.run('mousemove', *self._xy(x, y), 'mousedown', 1, 'sleep', 0.05, 'mousemove', mx, my,
                  'sleep', 0.05, 'mousemove', *self._xy(x2, y2), 'sleep', 0.05, 'mouseup', 1)
     # no `mousemove --sync`: it waits for a pointer motion, and hangs when the pointer is already there
-    def hotkey(self, *keys): self.run('key', '--clearmodifiers', '+'.join(map(xdo_key, keys)))
+    def hotkey(self, *keys): self.run('key', '--clearmodifiers', '--delay', 0, '+'.join(map(xdo_key, keys)))  # one chord: no 12 ms pause after it
     def write(self, text): self.run('type', '--delay', self.type_delay_ms, '--', text)
     def paste(self, text):
         "Put `text` on the clipboard with xclip and press ctrl+v (`xdotool type` drops the case of some non-ASCII letters)"

@@ -757,7 +757,10 @@ def native_support(task:Task, # a ScienceBoard task (or one in its format)
     types = {it.get('type') for it in task.evaluate if isinstance(it, dict)}
     if task.app == 'KAlgebra':
         if 'eqn' in types: return False, "eqn items check plot membership, which needs the KAlgebra fork's Analitza hooks (/func/2d, /func/3d)"
-        if types <= {'var', 'val', 'stop'}: return True, "Debian's kalgebra 22.12 under Xvfb, state read natively by coda.envs.desktop"
+        if any(it.get('type') == 'var' and it.get('value') == '#UNDEF' for it in task.evaluate if isinstance(it, dict)):
+            return False, "22.12 cannot remove a variable (no context menu, Delete ignored), so '#UNDEF' is unreachable"
+        if any(isinstance(i, dict) and i.get('func') == 'func_3d' for i in task.initialize): return False, "3D plots need OpenGL"
+        if types <= {'var', 'val', 'stop'}: return True, "Debian's kalgebra 22.12 under Xvfb, variables read through Export Log (coda.envs.kalgebra)"
         return False, f"KAlgebra items of types {sorted(types - {'var', 'val', 'stop', 'eqn'})} have no native reader"
     if task.app == 'Celestia': return False, "Celestia is not packaged in Debian; its checks need the ScienceBoard fork's HTTP status dump"
     if task.app == 'ChimeraX': return False, "ChimeraX is not in Debian (a proprietary download); its checks read ChimeraX 1.9's internal session states"
@@ -766,7 +769,8 @@ def native_support(task:Task, # a ScienceBoard task (or one in its format)
         locs |= {it['location'] for it in task.initialize if isinstance(it, dict) and isinstance(it.get('location'), str)}
         if locs: return False, (f"needs ScienceBoard's GRASS locations ({', '.join(sorted(locs))}): the Natural Earth / Piemonte "
                                 "data are not reachable from here (only PyPI, Debian and npm are)")
-        return False, "GRASS checks read the grass-gui fork's /dump, which relies on GRASS 8.4 internals (Debian has 8.2)"
+        return False, ("GRASS checks read the grass-gui fork's /dump, which relies on GRASS 8.4 internals (Debian has 8.2); "
+                       "coda.envs.grass runs GIS tasks of the same kinds on a synthetic location instead")
     return False, f"no native environment for {task.app}"
 
 # %% ../nbs/06_tasks.ipynb #2c5def72
