@@ -129,3 +129,34 @@ def test_missing_program_and_unknown_app_are_clear_errors():
         def command(self): return [sys.executable, '-c', 'import sys; print("boom"); sys.exit(3)']
     with Desktop(wm=None, bus=False) as d:
         with pytest.raises(AppCrashed, match='boom'): Broken(d).start()
+
+WX = r"""
+import sys, wx
+app = wx.App()
+f = wx.Frame(None, title='wxprobe'); p = wx.Panel(f)
+b = wx.Button(p, label='Press me', pos=(40, 40)); t = wx.TextCtrl(p, pos=(40, 100), size=(200, -1))
+b.Bind(wx.EVT_BUTTON, lambda e: open(sys.argv[1], 'a').write('pressed\n'))
+f.Show(); app.MainLoop()
+"""
+
+def test_accessibility_tree_of_a_wx_app_is_grounded(tmp_path):
+    "AT-SPI through the system Python: the button's box from the tree is where a click presses it"
+    from coda.envs.desktop import a11y_available
+    if not a11y_available() or os.system('/usr/bin/python3 -c "import wx" 2>/dev/null') != 0:
+        if os.environ.get('CI') == 'true': pytest.fail('CI needs python3-pyatspi and python3-wxgtk4.0 (make sysdeps)')
+        pytest.skip('no pyatspi or wx in the system Python')
+    log = tmp_path/'wx.log'
+    with Desktop(a11y=True) as d:
+        d.launch(['/usr/bin/python3', '-c', WX, str(log)], 'wx'); d.wait_window('wxprobe'); d.settle()
+        seen = {}
+        def found():
+            seen['els'] = d.a11y() or []
+            return any(e.name == 'Press me' for e in seen['els'])
+        wait_for(found, 30)
+        els = seen['els']
+        btn = next(e for e in els if e.name == 'Press me' and 'button' in e.role)
+        assert any(e.role == 'frame' and e.name == 'wxprobe' for e in els) and any(e.role == 'text' for e in els)
+        x1, y1, x2, y2 = btn.bbox
+        d.act([Action('click', (x1 + x2) / 2, (y1 + y2) / 2)])
+        wait_for(lambda: log.exists() and 'pressed' in log.read_text())
+    assert Desktop().a11y() is None                                   # not started: no tree, no error

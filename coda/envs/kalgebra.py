@@ -7,14 +7,14 @@ __all__ = ['TAB_KEYS', 'INPUT', 'FUNC_ADD_TAB', 'FUNC_INPUT', 'CalgebraError', '
            'kalgebra_support', 'check_keys', 'reference_dump', 'console_steps', 'KAlgebraApp', 'kalgebra_oracle',
            'run_kalgebra_oracle']
 
-# %% ../../nbs/05g_kalgebra.ipynb #281783b7
+# %% ../../nbs/05g_kalgebra.ipynb #6917309f
 import re, html, json, time, shutil, subprocess
 from pathlib import Path
 from ..actions import Action
 from .desktop import DesktopApp, DesktopError, register_app, need
 from ..paths import ROOT, SHARED
 
-# %% ../../nbs/05g_kalgebra.ipynb #61da105d
+# %% ../../nbs/05g_kalgebra.ipynb #95e0cda5
 class CalgebraError(ValueError):
     "An expression Analitza rejected"
 
@@ -41,7 +41,7 @@ def calgebra(exprs:list,         # expressions, one per line (blank ones are ski
     if len(res) != len(exprs): raise RuntimeError(f"calgebra gave {len(res)} results for {len(exprs)} expressions: {p.stderr[-500:]!r}")
     return res
 
-# %% ../../nbs/05g_kalgebra.ipynb #8fcc594d
+# %% ../../nbs/05g_kalgebra.ipynb #99f60888
 _LINK = re.compile(r"href='kalgebra:/query\?id=copy&func=(.*?)'>")
 
 def parse_log(text:str, # the HTML KAlgebra's Export Log wrote
@@ -60,7 +60,7 @@ def parse_log(text:str, # the HTML KAlgebra's Export Log wrote
             if len(links) >= 2: out.append(dict(expr=links[0], result=links[1]))
     return out
 
-# %% ../../nbs/05g_kalgebra.ipynb #9df19c78
+# %% ../../nbs/05g_kalgebra.ipynb #8131308f
 def kalgebra_support(task, # a KAlgebra Task (ScienceBoard format)
                     )->tuple: # (runnable natively, why)
     "Whether a KAlgebra task runs and is checked natively on Debian's 22.12, and why"
@@ -73,7 +73,7 @@ def kalgebra_support(task, # a KAlgebra Task (ScienceBoard format)
     if not types <= {'var', 'val', 'stop'}: return False, f"no native reader for {sorted(types - {'var', 'val', 'stop'})}"
     return True, "val/var items read from the console through Export Log; stop items from the episode's end"
 
-# %% ../../nbs/05g_kalgebra.ipynb #d2d7de2b
+# %% ../../nbs/05g_kalgebra.ipynb #3dec8c29
 def _user_path(path:str, home:Path)->Path:
     "ScienceBoard's in-VM /home/user (or ~) mapped into the desktop's HOME"
     for pre in ('/home/user/', '~/'):
@@ -105,7 +105,7 @@ def reference_dump(task, # a supported KAlgebra task
     vals = res[len(exprs):]
     return {'vars': {k: v for k, v in zip(keys, vals) if isinstance(v, str) and v != k}}
 
-# %% ../../nbs/05g_kalgebra.ipynb #c9520f81
+# %% ../../nbs/05g_kalgebra.ipynb #f29e0571
 TAB_KEYS = {0: ('alt', 'c'), 1: ('alt', '2'), 2: ('alt', '3'), 3: ('alt', 'i')}  # Calculator, 2D Graph, 3D Graph, Dictionary
 INPUT = (508, 750)       # the console's input line (maximised, 1280x800)
 FUNC_ADD_TAB = (1066, 762)   # 2D Graph: the "Add" tab of the Functions dock
@@ -120,7 +120,7 @@ class KAlgebraApp(DesktopApp):
     "Debian's KAlgebra 22.12 on a Desktop"
     name, packages, window, start_timeout = 'KAlgebra', ('kalgebra', 'calgebra'), r'^KAlgebra$', 60.0
     def command(self): return [need('kalgebra', 'kalgebra')]
-    def extra_env(self): return {'QTWEBENGINE_DISABLE_SANDBOX': '1', 'QT_ACCESSIBILITY': '0'}
+    def extra_env(self): return {'QTWEBENGINE_DISABLE_SANDBOX': '1'}
     def act(self, actions, settle=True):
         self.desktop.act(actions)
         if settle: self.desktop.settle(timeout=3, quiet=0.2)
@@ -158,7 +158,7 @@ class KAlgebraApp(DesktopApp):
         if not keys: return {'vars': {}}
         return {'vars': {k: e['result'] for k, e in zip(keys, self.query(keys)) if 'result' in e and e['result'] != k}}
 
-# %% ../../nbs/05g_kalgebra.ipynb #09fbe315
+# %% ../../nbs/05g_kalgebra.ipynb #9bb5017f
 def kalgebra_oracle(task)->list:
     "The task's reference solution (`ans`) as a list of steps (each a list of Actions)"
     ans = (task.ans or '').strip()
@@ -173,7 +173,7 @@ def kalgebra_oracle(task)->list:
     if steps and steps[0][0].kind == 'click': steps[0].insert(0, Action('hotkey', keys=TAB_KEYS[0]))  # set-up may have left another tab open
     return steps + [[Action('finished')]]
 
-# %% ../../nbs/05g_kalgebra.ipynb #bd11fd69
+# %% ../../nbs/05g_kalgebra.ipynb #b7d56588
 def run_kalgebra_oracle(env, task)->tuple:
     "Play a KAlgebra task's oracle in a DesktopEnv: (score, steps, first screenshot, last screenshot)"
     obs0 = obs = env.reset(task)
