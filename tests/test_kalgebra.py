@@ -51,3 +51,18 @@ def test_oracle_passes_and_empty_episode_fails(task):
         for step in kalgebra_oracle(task): env.step(step)
         assert env.evaluate() == 1.0, env.check_reasons
     assert desktop_processes(owner=os.getpid()) == before
+
+def test_four_kalgebra_desktops_at_once():
+    "Four episodes in four threads, each on its own desktop: every oracle passes, no input crosses displays"
+    from concurrent.futures import ThreadPoolExecutor
+    before = desktop_processes(owner=os.getpid())
+    picks = [t for t in SUPPORTED if t.id in ('A-01', 'C-01', 'C-02', 'C-05')]
+    def episode(task):
+        with DesktopEnv() as env:
+            env.reset(task)
+            for step in kalgebra_oracle(task): env.step(step)
+            return env.desktop.display, env.evaluate(), env.check_reasons
+    with ThreadPoolExecutor(4) as ex: out = list(ex.map(episode, picks))
+    assert len({d for d, _, _ in out}) == 4
+    assert [s for _, s, _ in out] == [1.0] * 4, out
+    assert desktop_processes(owner=os.getpid()) == before
