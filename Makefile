@@ -18,6 +18,8 @@ $(STAMP):
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	# the newest official UI-TARS parser, beside 0.1.4, for the differential tests (loaded in a subprocess)
 	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(UITARS5) ui-tars==0.5.1
+	# AgentRewardBench's expert labels (its data files only: its requirements pull browsergym, which is never imported)
+	$(BIN)/python -m pip install -q --no-deps agent-reward-bench==0.1.2
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install coda with its dev extras

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['STOPS', 'AgentConfig', 'run_sync', 'Agent']
 
-# %% ../nbs/07_agent.ipynb #0efd10de
+# %% ../nbs/07_agent.ipynb #fb335436
 import asyncio, time, traceback
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -13,7 +13,7 @@ from .actions import Action, parse_action, model_frame, MIN_PIXELS, MAX_PIXELS
 from .prompts import Conversation, user_turn, split_planner
 from .envs.core import Observation
 
-# %% ../nbs/07_agent.ipynb #d53c0162
+# %% ../nbs/07_agent.ipynb #1382261b
 @dataclass
 class AgentConfig:
     "How the agent runs; the defaults follow CODA's reference code"
@@ -34,7 +34,7 @@ class AgentConfig:
     @property
     def frame(self)->tuple: return model_frame(self.screen, self.min_pixels, self.max_pixels)
 
-# %% ../nbs/07_agent.ipynb #a6cd0738
+# %% ../nbs/07_agent.ipynb #255f3a69
 def run_sync(coro):
     "Run a coroutine to completion from sync code, also inside Jupyter or another running event loop"
     try: asyncio.get_running_loop()
@@ -42,7 +42,7 @@ def run_sync(coro):
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
 
-# %% ../nbs/07_agent.ipynb #d625a223
+# %% ../nbs/07_agent.ipynb #56de57f9
 STOPS = ('DONE', 'ANS', 'FAIL', 'STUCK', 'BUDGET', 'ERROR', 'TIMEOUT')  # TIMEOUT: set by the rollout's episode time limit
 
 def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.enter, a.keys, a.direction) for a in acts)
@@ -50,7 +50,7 @@ def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.en
 def _usage(r, prefix):
     return {f'{prefix}_prompt_tokens': getattr(r, 'prompt_tokens', None), f'{prefix}_completion_tokens': getattr(r, 'completion_tokens', None)}
 
-# %% ../nbs/07_agent.ipynb #76d5c997
+# %% ../nbs/07_agent.ipynb #9f7c3619
 class Agent:
     "CODA's planner–executor agent over any two chat backends"
     def __init__(self, planner, executor, config:AgentConfig|None=None):
@@ -86,6 +86,7 @@ class Agent:
 
     async def run(self, env, task,
                   on_step:Callable|None=None, # called with (record, png bytes or None) after every step
+                  on_final:Callable|None=None, # called with the last screenshot's png bytes (the state the episode ended in)
                  )->dict: # the episode result
         "Run one episode of `task` in `env`; never raises for model or environment failures"
         c, t_start = self.config, time.perf_counter()
@@ -143,6 +144,7 @@ class Agent:
                 reason = {'DONE': 'executor finished()', 'ANS': 'planner answered', 'STUCK': f'the same actions on an unchanged screen {c.stuck_after} times',
                           'FAIL': 'planner FAIL' if call_users <= c.call_user_tolerance else f'call_user() more than {c.call_user_tolerance} times'}[stop]
                 break
+        if on_final and stop != 'ERROR' and obs is not None and obs.screenshot is not None: on_final(obs.png())  # before evaluate touches the app
         res = dict(stop=stop, answer=answer, steps=i + 1, reason=reason, status='done', score=0.0)
         if stop == 'ERROR': res['status'] = 'error'
         else:

@@ -5,19 +5,19 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #d1c3d202
+# %% ../nbs/90_cli.ipynb #42f46c44
 import argparse, json, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #33cb99fc
+# %% ../nbs/90_cli.ipynb #424725a9
 def default_notebooks(nbs:Path=NBS)->list:
     "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
     tables = sorted(nbs.glob('2*_table*.ipynb'))
     return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #8f4fc337
+# %% ../nbs/90_cli.ipynb #c17183ab
 def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
@@ -47,7 +47,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #251b69fe
+# %% ../nbs/90_cli.ipynb #c935cb2b
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -80,7 +80,7 @@ def _cmd_reproduce(a):
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #e006fda7
+# %% ../nbs/90_cli.ipynb #1c27963d
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -114,11 +114,32 @@ def _cmd_eval(a):
     if a.html:
         from coda.store import to_html
         print('viewer:', to_html(run))
+def _cmd_judge(a):
+    from coda.judge import Judge, Ensemble, preset, judge_run, judge_eval
+    from dataclasses import replace
+    from coda.models import OpenAIChat
+    from coda.agent import run_sync
+    s = get_settings(a.settings, **{k: getattr(a, k) for k in ('judge_url', 'judge_model', 'api_key')})
+    if not (Path(a.run)/'episodes').exists(): sys.exit(f"{a.run} is not a run folder (no episodes/ in it)")
+    kw = {k: v for k, v in (('max_frames', a.frames), ('max_tokens', a.max_tokens)) if v is not None}
+    cfg = preset(a.preset, **kw)
+    if a.resolution: cfg.votes = [replace(v, resolution=a.resolution) for v in cfg.votes]
+    judges = [Judge(OpenAIChat.from_settings('judge', s, max_concurrency=a.workers), cfg, name=a.name or a.preset)]
+    for i, url_model in enumerate(a.also or []):
+        url, _, model = url_model.rpartition('@')
+        judges.append(Judge(OpenAIChat(url, model, api_key=s.api_key, timeout=s.request_timeout, max_concurrency=a.workers), cfg, name=f'{a.name or a.preset}-{model}'))
+    judge = judges[0] if len(judges) == 1 else Ensemble(judges, name=a.name or f'{a.preset}-ensemble')
+    print(f"judging {a.run} with {judge.name}: {len(cfg.votes)} vote(s), <= {cfg.max_frames} frames; {s.judge_model} @ {s.judge_url}", flush=True)
+    c = run_sync(judge_run(a.run, judge, workers=a.workers, limit=a.limit))
+    print(f"judged {c['judged']} now ({c['accepted']} accepted), {c['skipped']} already judged, {c['failed']} failed (n/a; judged again next run)")
+    print(judge_eval(a.run, [judge.name]).to_string())
+    if c['failed']: sys.exit(2)
+
 def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #cd777a2c
+# %% ../nbs/90_cli.ipynb #ae14518d
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -165,12 +186,27 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--episode-timeout', type=float, help='seconds an episode may take; longer ones count as failed timeouts')
     c.add_argument('--html', action='store_true', help='also write the trajectory viewer (viewer.html in the run folder)')
     c.set_defaults(fn=_cmd_eval)
+    c = sub.add_parser('judge', help="judge a run's episodes with a VLM (votes, resolutions, ensembles) and store the verdicts and step labels",
+                       description='Judge every finished episode of a run (resumable) and print precision/recall against the checkers.')
+    c.add_argument('run', help='the run folder')
+    c.add_argument('--preset', default='coda', choices=['single', 'seagent', 'coda', 'coda-multires'], help='vote schedule (default coda: 4 votes at T=1.0)')
+    c.add_argument('--name', help='name the judgments are filed under (default: the preset)')
+    c.add_argument('--frames', type=int, help='keyframes per request (default 8)')
+    c.add_argument('--max-tokens', type=int, help='completion limit per vote (default 1024)')
+    c.add_argument('--resolution', type=_size, help="scale every vote's frames to fit WxH (default: the preset's schedule)")
+    c.add_argument('--workers', type=int, default=4, help='episodes judged at the same time (default 4)')
+    c.add_argument('--limit', type=int, help='judge at most N episodes now')
+    c.add_argument('--judge-url', help='judge endpoint (default: settings)')
+    c.add_argument('--judge-model', help='judge model name (default: settings)')
+    c.add_argument('--also', nargs='+', metavar='URL@MODEL', help='more judges, combined with the first by AND (an ensemble)')
+    c.add_argument('--api-key', help='API key (default: settings)')
+    c.set_defaults(fn=_cmd_judge)
     c = sub.add_parser('view', help='write the static HTML trajectory viewer of a run folder')
     c.add_argument('run', help='run folder')
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #3ac8bf50
+# %% ../nbs/90_cli.ipynb #3bf581cb
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)

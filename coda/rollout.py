@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['run_episodes', 'evaluate']
 
-# %% ../nbs/10_rollout.ipynb #e0a81972
+# %% ../nbs/10_rollout.ipynb #a7830998
 import asyncio, time, json, traceback
 from pathlib import Path
 from typing import Callable, Sequence
 from .agent import Agent, AgentConfig, run_sync
 from .store import RunStore
 
-# %% ../nbs/10_rollout.ipynb #5da90b0c
+# %% ../nbs/10_rollout.ipynb #5e77b468
 def _close(env):
     try: env.close()
     except Exception: pass
@@ -43,7 +43,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
             writer = store.start(task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps, 'worker': w})
             try:
                 if env is None: env = await asyncio.to_thread(make_env)
-                res = await asyncio.wait_for(agent.run(env, task, on_step=writer.add_step), episode_timeout)
+                res = await asyncio.wait_for(agent.run(env, task, on_step=writer.add_step, on_final=writer.add_final), episode_timeout)
             except (asyncio.TimeoutError, TimeoutError):
                 res = dict(stop='TIMEOUT', status='timeout', score=0.0, steps=writer.n, answer=None,
                            reason=f'episode took longer than {episode_timeout} s')
@@ -64,7 +64,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
     finally: bar.close()
     return results
 
-# %% ../nbs/10_rollout.ipynb #67ce8fdf
+# %% ../nbs/10_rollout.ipynb #ce01d5a8
 def evaluate(tasks:Sequence,          # the task set
              make_env:Callable,       # () -> a new Env
              planner,                 # planner chat backend

@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['EpisodeWriter', 'read_jsonl', 'RunStore', 'to_dataset', 'to_html']
 
-# %% ../nbs/08_store.ipynb #c6b6717b
+# %% ../nbs/08_store.ipynb #03be7d09
 import json, os, re, shutil, html, base64, time
 from pathlib import Path
 from typing import Iterator
 
-# %% ../nbs/08_store.ipynb #d16d34d1
+# %% ../nbs/08_store.ipynb #4ed4a2e1
 def _safe(s)->str: return re.sub(r'[^A-Za-z0-9._-]+', '_', str(s)) or '_'
 
 def _atomic_write(path:Path, data:bytes, fsync:bool=True):
@@ -20,7 +20,7 @@ def _atomic_write(path:Path, data:bytes, fsync:bool=True):
         if fsync: f.flush(); os.fsync(f.fileno())
     os.replace(tmp, path)
 
-# %% ../nbs/08_store.ipynb #2c58d3d3
+# %% ../nbs/08_store.ipynb #2c66c752
 class EpisodeWriter:
     "Appends one episode's steps as they happen and writes its result once, atomically"
     def __init__(self, path:Path, meta:dict, fsync:bool=True):
@@ -46,11 +46,15 @@ class EpisodeWriter:
         self._f.close()
         _atomic_write(self.path/'result.json', json.dumps(result, ensure_ascii=False, indent=1, default=str).encode(), self.fsync)
 
+    def add_final(self, png:bytes):
+        "Write the screenshot of the state the episode ended in (`final.png`; judges look at it)"
+        _atomic_write(self.path/'final.png', png, self.fsync)
+
     def abandon(self):
         "Close without a result (the episode will restart on resume)"
         if not self._f.closed: self._f.close()
 
-# %% ../nbs/08_store.ipynb #48461c09
+# %% ../nbs/08_store.ipynb #957448bd
 def read_jsonl(path:Path)->list:
     "The records of a JSON-lines file, ignoring a torn last line"
     out = []
@@ -63,7 +67,7 @@ def read_jsonl(path:Path)->list:
             if i < len(lines) - 2: raise ValueError(f"{path}:{i+1}: corrupt line in the middle of the file")
     return out
 
-# %% ../nbs/08_store.ipynb #babe5b38
+# %% ../nbs/08_store.ipynb #6bc1f999
 class RunStore:
     "One run folder: its settings (run.json) and one folder per (app, task, sample) episode"
     def __init__(self, root:Path|str, # the run folder (created if missing)
@@ -115,7 +119,7 @@ class RunStore:
                             stop=r.get('stop'), steps=r.get('steps'), seconds=r.get('seconds')))
         return out
 
-# %% ../nbs/08_store.ipynb #bdc5bf12
+# %% ../nbs/08_store.ipynb #2d9299a6
 def to_dataset(store:RunStore|Path|str, # a run folder
                finished_only:bool=True,  # leave out unfinished episodes
               ):
@@ -136,7 +140,7 @@ def to_dataset(store:RunStore|Path|str, # a run folder
                                'sample': datasets.Value('int32'), 'step': datasets.Value('int32'), 'episode_score': datasets.Value('float32'), 'image': datasets.Image()})
     return datasets.Dataset.from_list(rows, features=feats)
 
-# %% ../nbs/08_store.ipynb #c043b9ea
+# %% ../nbs/08_store.ipynb #76d13db2
 _CSS = """body{font:14px system-ui,sans-serif;margin:0;display:flex}nav{width:260px;height:100vh;overflow:auto;position:sticky;top:0;background:#f4f4f6;padding:8px;box-sizing:border-box;flex:none}
 nav a{display:block;padding:2px 4px;color:#223;text-decoration:none;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}nav a.ok{border-left:4px solid #2a2}nav a.bad{border-left:4px solid #c33}
 main{padding:12px 20px;flex:1;min-width:0}section{margin-bottom:40px}.step{display:flex;gap:16px;margin:14px 0;border-top:1px solid #ddd;padding-top:10px}
@@ -153,7 +157,7 @@ def _overlay(actions, W, H):
             out.append(f'<svg style="position:absolute;left:0;top:0;width:100%;height:100%;pointer-events:none" viewBox="0 0 {W} {H}"><line x1="{a["x"]}" y1="{a["y"]}" x2="{a["x2"]}" y2="{a["y2"]}" stroke="#e00" stroke-width="4" marker-end="url(#h)"/><defs><marker id="h" markerWidth="6" markerHeight="6" refX="3" refY="3" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#e00"/></marker></defs></svg>')
     return ''.join(out)
 
-# %% ../nbs/08_store.ipynb #18b20134
+# %% ../nbs/08_store.ipynb #23581287
 def to_html(store:RunStore|Path|str, # a run folder
             out:Path|str|None=None,    # where to write; default <run>/viewer.html
             screen:tuple|None=None,    # (W, H) of the screenshots; default from run.json or 1280x800
