@@ -27,7 +27,7 @@ setup: $(STAMP)  ## create .venv and install coda with its dev extras
 sysdeps:  ## install the Debian packages the tests need (Xvfb, xdotool, xclip, Tk, openbox, dbus, kalgebra, GRASS GIS), when missing
 	@bash .ci/sysdeps
 
-reproduce: $(STAMP)  ## run the reproduction (CPU defaults) into runs/
+reproduce: $(STAMP) sysdeps  ## run the reproduction (CPU defaults) into runs/
 	$(BIN)/coda reproduce
 
 test: $(STAMP) sysdeps  ## notebooks clean, library and README in sync, notebook tests, then pytest

@@ -7,7 +7,7 @@ __all__ = ['MARK', 'A11Y_WALKER', 'SYSTEM_PYTHON', 'DESKTOP_APPS', 'DesktopError
            'orphaned_processes', 'openbox_config', 'Desktop', 'changed', 'a11y_available', 'parse_a11y', 'register_app',
            'DesktopApp', 'DesktopEnv']
 
-# %% ../../nbs/05f_desktop.ipynb #5edecf7d
+# %% ../../nbs/05f_desktop.ipynb #8f5bbbbc
 import os, re, io, json, time, shutil, signal, tempfile, threading, subprocess, weakref, uuid
 from pathlib import Path
 from typing import Sequence
@@ -15,7 +15,7 @@ from PIL import Image, ImageChops
 from ..actions import Action, XdotoolBackend, execute, ensure_xauthority
 from .core import Observation, register_env
 
-# %% ../../nbs/05f_desktop.ipynb #5759b51e
+# %% ../../nbs/05f_desktop.ipynb #6ead5be9
 class DesktopError(RuntimeError):
     "A desktop or an app that could not start, or stopped working"
 
@@ -30,7 +30,7 @@ def need(prog:str,     # a program that must be on PATH
     if p is None: raise DesktopError(f"{prog} is not installed (Debian: apt-get install {package})")
     return p
 
-# %% ../../nbs/05f_desktop.ipynb #a5e27650
+# %% ../../nbs/05f_desktop.ipynb #eb0324ae
 MARK = 'CODA_DESKTOP'
 
 def _proc_env(pid:int)->bytes:
@@ -71,7 +71,7 @@ def _kill(pids:list, sig=signal.SIGKILL):
         try: os.kill(p, sig)
         except (ProcessLookupError, PermissionError): pass
 
-# %% ../../nbs/05f_desktop.ipynb #5f5409aa
+# %% ../../nbs/05f_desktop.ipynb #adcdf3ef
 _OB_APPS = ('<applications>\n  <application type="normal"><maximized>true</maximized></application>\n'
             '  <application type="dialog"><position force="no"><x>center</x><y>center</y></position></application>\n</applications>')
 
@@ -85,7 +85,7 @@ def openbox_config(path:Path|str, # where to write rc.xml
     p = Path(path); p.write_text(xml)
     return p
 
-# %% ../../nbs/05f_desktop.ipynb #343cdffb
+# %% ../../nbs/05f_desktop.ipynb #538403ea
 _MALLOPT = []
 def _keep_big_buffers():
     """Make glibc reuse freed 4 MB screenshot buffers instead of mapping fresh pages each time.
@@ -341,7 +341,7 @@ def changed(a:Image.Image, b:Image.Image, # two screenshots of the same size
     box = ImageChops.difference(a, b).getbbox()
     return box is not None and box[2] - box[0] > caret and box[3] - box[1] > caret
 
-# %% ../../nbs/05f_desktop.ipynb #f3c6a05a
+# %% ../../nbs/05f_desktop.ipynb #fad8a5e9
 A11Y_WALKER = r"""
 import json, sys
 import pyatspi
@@ -384,7 +384,7 @@ def parse_a11y(rows:list, # [role, name, box, states] rows from the walker
         out.append(Element(role, name, (x1, y1, x2, y2), tuple(states)))
     return out
 
-# %% ../../nbs/05f_desktop.ipynb #be2a4792
+# %% ../../nbs/05f_desktop.ipynb #636b86ce
 DESKTOP_APPS: dict = {}
 
 def register_app(cls):
@@ -427,7 +427,7 @@ class DesktopApp:
         missing = [p for p in cls.packages if shutil.which(p.split(':')[-1]) is None]
         return (not missing, f"not installed: {missing}" if missing else 'ok')
 
-# %% ../../nbs/05f_desktop.ipynb #5a3c4cfb
+# %% ../../nbs/05f_desktop.ipynb #b7a9da50
 class DesktopEnv:
     "The desktop environment: a fresh real desktop and app per episode"
     def __init__(self, size:tuple=(1280, 800),  # screen size
