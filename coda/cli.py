@@ -5,19 +5,19 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #42f46c44
+# %% ../nbs/90_cli.ipynb #77ba6666
 import argparse, json, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #424725a9
+# %% ../nbs/90_cli.ipynb #a1488588
 def default_notebooks(nbs:Path=NBS)->list:
     "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
     tables = sorted(nbs.glob('2*_table*.ipynb'))
     return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #c17183ab
+# %% ../nbs/90_cli.ipynb #77604957
 def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
@@ -47,7 +47,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #c935cb2b
+# %% ../nbs/90_cli.ipynb #050518c9
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -80,7 +80,7 @@ def _cmd_reproduce(a):
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #1c27963d
+# %% ../nbs/90_cli.ipynb #cbc7d1a4
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -135,11 +135,29 @@ def _cmd_judge(a):
     print(judge_eval(a.run, [judge.name]).to_string())
     if c['failed']: sys.exit(2)
 
+def _cmd_train_grpo(a):
+    from coda.grpo import build_grpo_dataset, DecoupledReward, train_grpo
+    from coda.models import OpenAIChat
+    s = get_settings(a.settings, **{k: getattr(a, k) for k in ('executor_url', 'executor_model', 'api_key')})
+    ds = build_grpo_dataset(a.runs, a.judge, apps=[a.app])
+    out = Path(a.out) if a.out else s.runs/f'grpo-{a.app}'
+    print(f"{len(ds)} positive steps of {a.app} from {len(a.runs)} run(s) -> {out}\nexecutor {s.executor_model} @ {s.executor_url} (frozen)", flush=True)
+    ex = OpenAIChat.from_settings('executor', s, max_concurrency=a.executor_concurrency)
+    kw = {k: v for k, v in (('max_steps', a.max_steps), ('num_generations', a.num_generations), ('learning_rate', a.lr),
+                            ('save_steps', a.save_steps), ('max_completion_length', a.max_completion_length)) if v is not None}
+    tr = train_grpo(ds, a.model, DecoupledReward(ex, screen=a.screen or s.screen, coords=s.coords, continue_final=not a.no_continue),
+                    out, preset=a.preset, lora=not a.no_lora, resume=a.resume, **kw)
+    print(f"done: {tr.state.global_step} steps; adapter/model in {out/'final'}, curves in {out/'log.csv'} and {out/'reward.png'}")
+
+def _cmd_train_sft(a):
+    from coda.sft import run_sft_command
+    run_sft_command(a)
+
 def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #ae14518d
+# %% ../nbs/90_cli.ipynb #edc7a21e
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -201,12 +219,43 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--also', nargs='+', metavar='URL@MODEL', help='more judges, combined with the first by AND (an ensemble)')
     c.add_argument('--api-key', help='API key (default: settings)')
     c.set_defaults(fn=_cmd_judge)
+    t = sub.add_parser('train', help='train planners: Stage 1 decoupled GRPO (one specialist per app), Stage 2 SFT (a generalist)')
+    tsub = t.add_subparsers(dest='stage', required=True, metavar='STAGE')
+    c = tsub.add_parser('grpo', help='decoupled GRPO of a specialist planner on one app, from judged runs',
+                        description="Train a specialist planner with GRPO on TRL: the reward is the frozen executor's action for each sampled thought, scored against the judge-labelled action.")
+    c.add_argument('--app', required=True, help='the app the specialist is for')
+    c.add_argument('--runs', nargs='+', required=True, help='judged run folders')
+    c.add_argument('--judge', default='coda', help='name the judgments are filed under (default coda)')
+    c.add_argument('--model', required=True, help='the planner to start from (a local folder)')
+    c.add_argument('--out', help='output folder (default: <run_dir>/grpo-<app>)')
+    c.add_argument('--preset', default='coda', choices=['coda', 'trl'], help='coda: DeepSeekMath GRPO, beta 0.04, G 8 (default); trl: TRL 1.16 defaults')
+    c.add_argument('--max-steps', type=int, help='optimizer steps')
+    c.add_argument('--num-generations', type=int, help='G, completions per state (default 8)')
+    c.add_argument('--lr', type=float, help='learning rate (default 1e-6)')
+    c.add_argument('--max-completion-length', type=int, help='planner tokens per completion (default 256)')
+    c.add_argument('--save-steps', type=int, help='checkpoint every N steps (default 50)')
+    c.add_argument('--no-lora', action='store_true', help='train all weights instead of a LoRA adapter')
+    c.add_argument('--resume', action='store_true', help='continue from the last checkpoint in --out')
+    c.add_argument('--executor-url', help='executor endpoint (default: settings)')
+    c.add_argument('--executor-model', help='executor model name (default: settings)')
+    c.add_argument('--executor-concurrency', type=int, default=16, help='executor requests in flight (default 16)')
+    c.add_argument('--no-continue', action='store_true', help="executor writes a fresh reply (transformers serve) instead of continuing the thought")
+    c.add_argument('--screen', type=_size, help='screen WxH (default: settings)')
+    c.add_argument('--api-key', help='API key (default: settings)')
+    c.set_defaults(fn=_cmd_train_grpo)
+    c = tsub.add_parser('sft', help="Stage 2: SFT of a generalist planner on the specialists' judged clean successes",
+                        description="Aggregate judged clean successes of every app's runs into one SFT dataset of planner turns and fine-tune a planner with TRL SFTTrainer + LoRA.")
+    try:
+        from coda.sft import add_sft_args
+        add_sft_args(c)
+    except ImportError: pass
+    c.set_defaults(fn=_cmd_train_sft)
     c = sub.add_parser('view', help='write the static HTML trajectory viewer of a run folder')
     c.add_argument('run', help='run folder')
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #3bf581cb
+# %% ../nbs/90_cli.ipynb #cc282c18
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)
