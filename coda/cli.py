@@ -5,19 +5,19 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #77ba6666
+# %% ../nbs/90_cli.ipynb #e18b8664
 import argparse, json, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #a1488588
+# %% ../nbs/90_cli.ipynb #7a808911
 def default_notebooks(nbs:Path=NBS)->list:
     "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
     tables = sorted(nbs.glob('2*_table*.ipynb'))
     return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #77604957
+# %% ../nbs/90_cli.ipynb #56d97396
 def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
@@ -47,7 +47,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #050518c9
+# %% ../nbs/90_cli.ipynb #b28ec1a9
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -80,7 +80,7 @@ def _cmd_reproduce(a):
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #cbc7d1a4
+# %% ../nbs/90_cli.ipynb #0783088b
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -143,10 +143,16 @@ def _cmd_train_grpo(a):
     out = Path(a.out) if a.out else s.runs/f'grpo-{a.app}'
     print(f"{len(ds)} positive steps of {a.app} from {len(a.runs)} run(s) -> {out}\nexecutor {s.executor_model} @ {s.executor_url} (frozen)", flush=True)
     ex = OpenAIChat.from_settings('executor', s, max_concurrency=a.executor_concurrency)
-    kw = {k: v for k, v in (('max_steps', a.max_steps), ('num_generations', a.num_generations), ('learning_rate', a.lr),
-                            ('save_steps', a.save_steps), ('max_completion_length', a.max_completion_length)) if v is not None}
+    kw, preset, lora = {}, a.preset, not a.no_lora
+    if a.config:   # a YAML of GRPOConfig fields (params/grpo_paper.yaml); flags given on the command line win
+        import yaml
+        kw = yaml.safe_load(Path(a.config).read_text()) or {}
+        preset, lora = kw.pop('preset', preset), kw.pop('lora', lora) and not a.no_lora
+        ex.max_concurrency = kw.pop('executor_concurrency', ex.max_concurrency)
+    kw.update({k: v for k, v in (('max_steps', a.max_steps), ('num_generations', a.num_generations), ('learning_rate', a.lr),
+                                 ('save_steps', a.save_steps), ('max_completion_length', a.max_completion_length)) if v is not None})
     tr = train_grpo(ds, a.model, DecoupledReward(ex, screen=a.screen or s.screen, coords=s.coords, continue_final=not a.no_continue),
-                    out, preset=a.preset, lora=not a.no_lora, resume=a.resume, **kw)
+                    out, preset=preset, lora=lora, resume=a.resume, **kw)
     print(f"done: {tr.state.global_step} steps; adapter/model in {out/'final'}, curves in {out/'log.csv'} and {out/'reward.png'}")
 
 def _cmd_train_sft(a):
@@ -157,7 +163,7 @@ def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #edc7a21e
+# %% ../nbs/90_cli.ipynb #f747ef76
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -229,6 +235,7 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--model', required=True, help='the planner to start from (a local folder)')
     c.add_argument('--out', help='output folder (default: <run_dir>/grpo-<app>)')
     c.add_argument('--preset', default='coda', choices=['coda', 'trl'], help='coda: DeepSeekMath GRPO, beta 0.04, G 8 (default); trl: TRL 1.16 defaults')
+    c.add_argument('--config', help='YAML of GRPOConfig fields, e.g. params/grpo_paper.yaml (command-line flags win)')
     c.add_argument('--max-steps', type=int, help='optimizer steps')
     c.add_argument('--num-generations', type=int, help='G, completions per state (default 8)')
     c.add_argument('--lr', type=float, help='learning rate (default 1e-6)')
@@ -255,7 +262,7 @@ def build_parser()->argparse.ArgumentParser:
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #cc282c18
+# %% ../nbs/90_cli.ipynb #7a919489
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)
