@@ -5,19 +5,19 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #e18b8664
+# %% ../nbs/90_cli.ipynb #7657c002
 import argparse, json, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #7a808911
+# %% ../nbs/90_cli.ipynb #44e2b4c4
 def default_notebooks(nbs:Path=NBS)->list:
     "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
     tables = sorted(nbs.glob('2*_table*.ipynb'))
     return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #56d97396
+# %% ../nbs/90_cli.ipynb #2f2155de
 def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
@@ -47,7 +47,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #b28ec1a9
+# %% ../nbs/90_cli.ipynb #98414dff
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -80,7 +80,7 @@ def _cmd_reproduce(a):
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #0783088b
+# %% ../nbs/90_cli.ipynb #3c2a7489
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -106,10 +106,20 @@ def _cmd_eval(a):
     executor = OpenAIChat.from_settings('executor', s, max_concurrency=a.workers)
     run = Path(a.run) if a.run else s.runs/time.strftime('eval-%Y%m%d-%H%M%S')
     print(f"{len(tasks)} tasks x {a.n} samples -> {run}\nplanner  {s.planner_model} @ {s.planner_url}\nexecutor {s.executor_model} @ {s.executor_url}", flush=True)
-    out = evaluate(tasks, lambda: make_env(a.env, **opts), planner, executor, run, n=a.n, workers=a.workers, config=cfg,
-                   ks=a.k or (1,), run_info={'planner': f'{s.planner_model}@{s.planner_url}', 'executor': f'{s.executor_model}@{s.executor_url}',
-                                           'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks)},
-                   episode_timeout=a.episode_timeout)
+    factory, ray_fac = (lambda: make_env(a.env, **opts)), None
+    if a.ray:
+        from coda.rollout import RayEnvFactory
+        env_name = a.env
+        ray_fac = factory = RayEnvFactory(lambda: make_env(env_name, **opts), address=None if a.ray == 'local' else a.ray,
+                                          num_cpus=a.ray_cpus, resources=json.loads(a.ray_resources) if a.ray_resources else None)
+        print(f"environments: Ray actors ({'a local Ray' if a.ray == 'local' else a.ray}; {a.ray_cpus} CPU each, resources {a.ray_resources or '{}'})", flush=True)
+    try:
+        out = evaluate(tasks, factory, planner, executor, run, n=a.n, workers=a.workers, config=cfg, retries=a.retries,
+                       ks=a.k or (1,), run_info={'planner': f'{s.planner_model}@{s.planner_url}', 'executor': f'{s.executor_model}@{s.executor_url}',
+                                               'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks), 'ray': a.ray},
+                       episode_timeout=a.episode_timeout)
+    finally:
+        if ray_fac is not None: ray_fac.shutdown()
     print(out['markdown'])
     if a.html:
         from coda.store import to_html
@@ -163,7 +173,7 @@ def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #f747ef76
+# %% ../nbs/90_cli.ipynb #3c120894
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -209,6 +219,10 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--no-continue', action='store_true', help="executor writes a fresh reply instead of continuing the planner's thought")
     c.add_argument('--episode-timeout', type=float, help='seconds an episode may take; longer ones count as failed timeouts')
     c.add_argument('--html', action='store_true', help='also write the trajectory viewer (viewer.html in the run folder)')
+    c.add_argument('--retries', type=int, default=0, help='run an episode that ended in an error (crashed app, dead worker) again, up to N times')
+    c.add_argument('--ray', metavar='ADDRESS', help="run each environment in a Ray actor: a cluster address ('auto', 'host:6379', 'ray://host:10001') or 'local'")
+    c.add_argument('--ray-cpus', type=float, default=0.25, help='CPUs each environment actor reserves (default 0.25)')
+    c.add_argument('--ray-resources', help='custom resources each environment actor needs, as JSON, e.g. \'{"gui_env": 1}\'')
     c.set_defaults(fn=_cmd_eval)
     c = sub.add_parser('judge', help="judge a run's episodes with a VLM (votes, resolutions, ensembles) and store the verdicts and step labels",
                        description='Judge every finished episode of a run (resumable) and print precision/recall against the checkers.')
@@ -262,7 +276,7 @@ def build_parser()->argparse.ArgumentParser:
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #7a919489
+# %% ../nbs/90_cli.ipynb #f0c77b5c
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)
