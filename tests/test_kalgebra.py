@@ -66,3 +66,20 @@ def test_four_kalgebra_desktops_at_once():
     assert len({d for d, _, _ in out}) == 4
     assert [s for _, s, _ in out] == [1.0] * 4, out
     assert desktop_processes(owner=os.getpid()) == before
+
+def test_kalgebra_killed_mid_episode_is_an_error_and_leaves_nothing():
+    "The real app killed between two steps: the next step and the evaluation raise AppCrashed (the agent records an error), nothing is left"
+    import signal
+    from coda.envs.desktop import AppCrashed
+    before = desktop_processes(owner=os.getpid())
+    task = next(t for t in SUPPORTED if t.id == 'C-01')
+    with DesktopEnv() as env:
+        env.reset(task)
+        steps = kalgebra_oracle(task)
+        env.step(steps[0])
+        pids = env.desktop.processes()
+        assert len(pids) >= 5                                           # Xvfb, bus, openbox, kalgebra, QtWebEngine helpers
+        os.killpg(env.app.proc.pid, signal.SIGKILL); env.app.proc.wait(10)
+        with pytest.raises(AppCrashed): env.step(steps[1])
+        with pytest.raises(AppCrashed): env.evaluate()
+    assert desktop_processes(owner=os.getpid()) == before
