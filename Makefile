@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-16)
 UITARS5 := $(VENV)/opt/ui-tars-0.5.1
 
-.PHONY: setup sysdeps reproduce test check lib readme clean-runs help
+.PHONY: setup sysdeps reproduce test check lib readme clean-runs help serve
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## / -- /'
 
@@ -37,6 +37,10 @@ lib: $(STAMP)  ## regenerate coda/ and README.md from the notebooks
 	$(BIN)/nbdev-clean
 	$(BIN)/nbdev-export
 	$(BIN)/python -m coda.readme
+
+serve: $(STAMP)  ## GPU machines only: create .venv-vllm (vLLM, its own pins) and serve the paper's planner and executor (SERVE_ARGS=... passes options)
+	@test -x .venv-vllm/bin/vllm || { $(PY) -m venv .venv-vllm && .venv-vllm/bin/python -m pip install -q --upgrade pip && .venv-vllm/bin/python -m pip install -q vllm; }
+	$(BIN)/coda serve --vllm .venv-vllm/bin/vllm $(SERVE_ARGS)
 
 clean-runs:  ## delete run folders
 	rm -rf runs _runs

@@ -5,19 +5,19 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #7657c002
-import argparse, json, sys, time, fnmatch, traceback
+# %% ../nbs/90_cli.ipynb #b8920b62
+import argparse, json, os, shlex, shutil, subprocess, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #44e2b4c4
+# %% ../nbs/90_cli.ipynb #a7840602
 def default_notebooks(nbs:Path=NBS)->list:
     "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
     tables = sorted(nbs.glob('2*_table*.ipynb'))
     return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #2f2155de
+# %% ../nbs/90_cli.ipynb #d86c50af
 def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
@@ -47,7 +47,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #98414dff
+# %% ../nbs/90_cli.ipynb #3ae5f9e0
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -80,7 +80,7 @@ def _cmd_reproduce(a):
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #3c2a7489
+# %% ../nbs/90_cli.ipynb #7c6bd026
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -169,11 +169,34 @@ def _cmd_train_sft(a):
     from coda.sft import run_sft_command
     run_sft_command(a)
 
+def _cmd_serve(a):
+    from coda.models import VLLMServer, vllm_commands
+    servers = [VLLMServer(a.planner_model, a.planner_name, a.planner_port, a.planner_tp, max_len=a.max_model_len),
+               VLLMServer(a.executor_model, a.executor_name, a.executor_port, a.executor_tp, max_len=a.max_model_len)]
+    if a.judge_model: servers.append(VLLMServer(a.judge_model, a.judge_name, a.judge_port, a.judge_tp, images=a.judge_images, max_len=a.max_model_len))
+    vllm = a.vllm or (str(Path('.venv-vllm/bin/vllm')) if Path('.venv-vllm/bin/vllm').exists() else 'vllm')
+    cmds = vllm_commands(servers, vllm=vllm, host=a.host, first_gpu=a.first_gpu)
+    for argv, env in cmds: print(' '.join(f'{k}={v}' for k, v in env.items()), shlex.join(argv))
+    if a.dry_run: return
+    if not shutil.which(vllm): sys.exit(f"{vllm} not found: `make serve` creates .venv-vllm with vLLM (a GPU machine), or give --vllm")
+    procs = [subprocess.Popen(argv, env={**os.environ, **env}) for argv, env in cmds]
+    try:
+        while all(p.poll() is None for p in procs): time.sleep(1)
+        bad = [(c[0][2], p.returncode) for c, p in zip(cmds, procs) if p.poll() is not None]
+        sys.exit(f"a server exited: {bad}")
+    except KeyboardInterrupt: pass
+    finally:
+        for p in procs:
+            if p.poll() is None: p.terminate()
+        for p in procs:
+            try: p.wait(30)
+            except subprocess.TimeoutExpired: p.kill()
+
 def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #3c120894
+# %% ../nbs/90_cli.ipynb #9b54cad6
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -239,6 +262,27 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--also', nargs='+', metavar='URL@MODEL', help='more judges, combined with the first by AND (an ensemble)')
     c.add_argument('--api-key', help='API key (default: settings)')
     c.set_defaults(fn=_cmd_judge)
+    c = sub.add_parser('serve', help="serve the paper's planner and executor (and a judge) with vLLM on GPUs",
+                       description="Start vLLM servers for the planner (qwen32b, TP 4) and the executor (tars1.5-grounding, TP 2) as CODA's reference code expects; GPUs are assigned in order. vLLM lives in its own environment (make serve).")
+    c.add_argument('--planner-model', default='OpenIXCLab/CODA-PLANNER-TARS-32B', help='planner weights (HF id or folder)')
+    c.add_argument('--planner-name', default='qwen32b', help='served name (default qwen32b, as the reference)')
+    c.add_argument('--planner-port', type=int, default=8000)
+    c.add_argument('--planner-tp', type=int, default=4, help='planner GPUs (tensor parallel, default 4)')
+    c.add_argument('--executor-model', default='ByteDance-Seed/UI-TARS-1.5-7B', help='executor weights (HF id or folder)')
+    c.add_argument('--executor-name', default='tars1.5-grounding', help='served name (default tars1.5-grounding, as the reference)')
+    c.add_argument('--executor-port', type=int, default=8001)
+    c.add_argument('--executor-tp', type=int, default=2, help='executor GPUs (default 2)')
+    c.add_argument('--judge-model', help='also serve a judge (HF id or folder)')
+    c.add_argument('--judge-name', default='judge')
+    c.add_argument('--judge-port', type=int, default=8002)
+    c.add_argument('--judge-tp', type=int, default=2)
+    c.add_argument('--judge-images', type=int, default=8, help="images per judge request (the judge's max_frames, default 8)")
+    c.add_argument('--max-model-len', type=int, default=32768, help='context length (default 32768)')
+    c.add_argument('--first-gpu', type=int, default=0, help='first GPU index to hand out')
+    c.add_argument('--host', default='0.0.0.0')
+    c.add_argument('--vllm', help='the vllm executable (default .venv-vllm/bin/vllm, else vllm on PATH)')
+    c.add_argument('--dry-run', action='store_true', help='print the commands only')
+    c.set_defaults(fn=_cmd_serve)
     t = sub.add_parser('train', help='train planners: Stage 1 decoupled GRPO (one specialist per app), Stage 2 SFT (a generalist)')
     tsub = t.add_subparsers(dest='stage', required=True, metavar='STAGE')
     c = tsub.add_parser('grpo', help='decoupled GRPO of a specialist planner on one app, from judged runs',
@@ -276,7 +320,7 @@ def build_parser()->argparse.ArgumentParser:
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #f0c77b5c
+# %% ../nbs/90_cli.ipynb #79702e9f
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)

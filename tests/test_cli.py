@@ -61,3 +61,21 @@ def test_reproduce_passes_parameters_only_to_notebooks_that_declare_them(tmp_pat
 def test_default_notebooks_are_the_numbered_ones_until_tables_exist():
     names = [p.name for p in default_notebooks()]
     assert '02_actions.ipynb' in names and 'index.ipynb' not in names
+
+def test_help_lists_every_subcommand():
+    out = subprocess.run([*CODA, '--help'], capture_output=True, text=True)
+    assert out.returncode == 0 and all(c in out.stdout for c in ('eval', 'judge', 'train', 'serve', 'view'))
+    out = subprocess.run([*CODA, 'train', '--help'], capture_output=True, text=True)
+    assert out.returncode == 0 and 'grpo' in out.stdout and 'sft' in out.stdout
+
+def test_serve_dry_run_prints_the_reference_servers():
+    out = subprocess.run([*CODA, 'serve', '--dry-run', '--vllm', '/opt/vllm-env/bin/vllm', '--first-gpu', '2'], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith('CUDA_VISIBLE_DEVICES=2,3,4,5 /opt/vllm-env/bin/vllm serve OpenIXCLab/CODA-PLANNER-TARS-32B --served-model-name qwen32b')
+    assert lines[1].startswith('CUDA_VISIBLE_DEVICES=6,7 /opt/vllm-env/bin/vllm serve ByteDance-Seed/UI-TARS-1.5-7B --served-model-name tars1.5-grounding')
+    assert all("--limit-mm-per-prompt '{\"image\": 5}'" in l for l in lines) and len(lines) == 2
+
+def test_serve_without_vllm_is_a_clear_error():
+    out = subprocess.run([*CODA, 'serve', '--vllm', '/nonexistent/vllm'], capture_output=True, text=True)
+    assert out.returncode != 0 and 'make serve' in out.stderr
