@@ -26,3 +26,21 @@ def test_oracle_planner_unknown_task_gives_up():
     from coda.agent import run_sync
     r = run_sync(OraclePlanner([]).chat([{'role': 'system', 'content': '## User Instruction\nDo something else.'}]))
     assert r.text.endswith('FAIL')
+
+def test_seed_demonstrations_bootstrap_a_planner_with_coda_train_sft(tiny, tmp_path):
+    "Demonstrations -> checker judgments -> `coda train sft --merge` -> the merged planner answers through LocalChat"
+    import subprocess, sys
+    from pathlib import Path
+    from coda.models import LocalChat
+    from coda.agent import run_sync
+    from coda.grpo import replay
+    record_demonstrations(scidesk_tasks(split='seed'), tmp_path/'demos'); checker_judgments(tmp_path/'demos')
+    exe = Path(sys.executable).parent/'coda'
+    cmd = [str(exe)] if exe.exists() else [sys.executable, '-c', 'from coda.cli import main; main()']
+    p = subprocess.run(cmd + ['train', 'sft', '--runs', str(tmp_path/'demos'), '--judge', 'checker', '--model', str(tiny),
+                              '--out', str(tmp_path/'gen'), '--max-steps', '2', '--merge'], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (tmp_path/'gen'/'merged'/'config.json').exists() and 'rows' in p.stdout
+    ep = next((tmp_path/'demos'/'episodes').glob('*/*/0'))
+    r = run_sync(LocalChat(tmp_path/'gen'/'merged').chat(replay(ep, 0).planner_messages(), max_tokens=8))
+    assert isinstance(r.text, str) and r.completion_tokens <= 8
