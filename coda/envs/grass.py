@@ -7,12 +7,12 @@ __all__ = ['GRASS_PYTHON', 'EPSG', 'BUILD', 'WX_SETTINGS', 'CATALOG_ROWS', 'CONS
            'build_location', 'cached_location', 'copy_location', 'read_state', 'run_module', 'GrassApp', 'console',
            'grass_tasks']
 
-# %% ../../nbs/05h_grass.ipynb #3de622d7
+# %% ../../nbs/05h_grass.ipynb #ec091fa4
 import os, sys, json, time, shutil, hashlib, subprocess, tempfile, functools
 from pathlib import Path
 from .desktop import Desktop, DesktopApp, DesktopError, register_app, need
 
-# %% ../../nbs/05h_grass.ipynb #5f2da731
+# %% ../../nbs/05h_grass.ipynb #7fd5ab1d
 GRASS_PYTHON = '/usr/bin/python3'  # Debian's Python, which has wxPython and numpy
 
 @functools.lru_cache(None)
@@ -30,7 +30,7 @@ def grass_env(base:dict|None=None, # the environment to extend (default: os.envi
     env['PATH'] = '/usr/bin:/bin:' + env.get('PATH', '')
     return env
 
-# %% ../../nbs/05h_grass.ipynb #185a6284
+# %% ../../nbs/05h_grass.ipynb #0c531153
 EPSG = 3358  # NAD83(HARN) / North Carolina, metres
 BUILD = """set -e
 g.region n=228500 s=215000 e=645000 w=630000 res=30
@@ -78,7 +78,7 @@ def copy_location(gisdbase:Path|str, name:str='demo')->Path:
     (dst/'PERMANENT'/'.coda-done').unlink(missing_ok=True)
     return dst
 
-# %% ../../nbs/05h_grass.ipynb #08e61c45
+# %% ../../nbs/05h_grass.ipynb #14a2b8de
 _DUMP = r'''
 import sys, os, json
 base, mapset_path = sys.argv[1], sys.argv[2]
@@ -117,7 +117,7 @@ def read_state(mapset:Path|str,   # the mapset folder, e.g. <gisdbase>/demo/PERM
     if '@@DUMP@@' not in r.stdout: raise DesktopError(f"reading the GRASS state failed: {r.stderr[-600:]}")
     return json.loads(r.stdout.rsplit('@@DUMP@@', 1)[1])
 
-# %% ../../nbs/05h_grass.ipynb #f5d34bb9
+# %% ../../nbs/05h_grass.ipynb #96fbe8b9
 _RUN = r'''
 import sys, os, json
 base, mapset_path, mod, kw = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
@@ -141,7 +141,7 @@ def run_module(mapset:Path|str,   # the mapset folder
     if r.returncode or '@@OUT@@' not in r.stdout: raise DesktopError(f"{module} failed: {r.stderr[-600:]}")
     return r.stdout.split('@@OUT@@', 1)[1]
 
-# %% ../../nbs/05h_grass.ipynb #49c3a927
+# %% ../../nbs/05h_grass.ipynb #f950c051
 WX_SETTINGS = {'general': {'singleWindow': {'enabled': True}}}
 CATALOG_ROWS = {'elevation': (129, 263), 'sites': (114, 286)}   # the demo maps' rows in the data catalog at 1280x800
 
@@ -192,7 +192,7 @@ class GrassApp(DesktopApp):
         self.desktop.act([Action('left_double', *CATALOG_ROWS[query['name']])])
         self.idle(); time.sleep(wait)
 
-# %% ../../nbs/05h_grass.ipynb #fb8479ff
+# %% ../../nbs/05h_grass.ipynb #c0d0efcf
 CONSOLE_TAB, PROMPT = (1117, 752), (1150, 700)   # screen pixels at 1280x800, single-window layout
 
 def console(cmd:str)->list:
@@ -200,7 +200,7 @@ def console(cmd:str)->list:
     return [['click_at', list(CONSOLE_TAB)], ['click_at', list(PROMPT)], ['hotkey', 'ctrl a'],
             ['type', cmd], ['hotkey', 'escape'], ['hotkey', 'enter']]
 
-# %% ../../nbs/05h_grass.ipynb #c68f5ade
+# %% ../../nbs/05h_grass.ipynb #0e132c10
 def grass_tasks(path:Path|str|None=None)->list:
     "The GRASS GIS desktop tasks (default: data/desktop/GrassGIS in the repository)"
     from coda.tasks import load_tasks
