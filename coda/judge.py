@@ -10,6 +10,7 @@ __all__ = ['PRESETS', 'PAPER_TABLE2', 'Verdict', 'parse_verdict', 'Labels', 'lab
 
 # %% ../nbs/11_judge.ipynb #35ca51cc
 import ast, asyncio, io, json, re, time
+from .actions import literal_eval
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Sequence
@@ -40,7 +41,7 @@ def _literal(s:str):
     s = s.strip()
     if not s: return None
     for cand in (s, re.sub(r'\b(true|false|null)\b', lambda m: _JSONISH[m.group(1)], s)):
-        try: v = ast.literal_eval(cand)
+        try: v = literal_eval(cand)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): continue
         if isinstance(v, dict): return v
     return None

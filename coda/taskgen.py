@@ -10,6 +10,7 @@ __all__ = ['KNOWN_APPS', 'MAX_SEEDS', 'DEFAULT_STEPS', 'MIN_LEN', 'MAX_LEN', 'MA
 
 # %% ../nbs/12_taskgen.ipynb #2317e281
 import ast, hashlib, json, re, unicodedata
+from .actions import literal_eval
 from dataclasses import dataclass, field
 from pathlib import Path
 from .prompts import TASKGEN_PROMPT
@@ -68,7 +69,7 @@ def _decode(s:str):
     if not s: return None
     try: return json.loads(s)
     except (ValueError, RecursionError): pass
-    try: return ast.literal_eval(s) if len(s) < 50_000 else None
+    try: return literal_eval(s) if len(s) < 50_000 else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return None
 
 def _usable(v)->bool: return isinstance(v, list) or (isinstance(v, dict) and 'tasks' in v)

@@ -11,6 +11,7 @@ __all__ = ['MAX_DEPTH', 'MAX_NODES', 'MAX_STEPS', 'MAX_LEN', 'MAX_TEXT', 'MAX_PA
 
 # %% ../nbs/06_tasks.ipynb #2085a2ac
 import ast, copy, json, math, re
+from .actions import parse_ast
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 import numpy as np
@@ -629,7 +630,7 @@ def translate_lambda(src:str,       # a Python lambda, e.g. "lambda key, value: 
     "Translate a Python lambda string to a checker expression by parsing it (never running it); raise `Untranslatable`"
     if not isinstance(src, str): raise Untranslatable(f"not a string: {_show(src)}")
     if len(src) > MAX_SRC: raise Untranslatable(f"source longer than {MAX_SRC:,} characters")
-    try: tree = ast.parse(src.strip(), mode='eval')     # parsing only: nothing in `src` runs
+    try: tree = parse_ast(src.strip(), mode='eval')     # parsing only: nothing in `src` runs
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e: raise Untranslatable(f"not a Python expression ({type(e).__name__})") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_AST: raise Untranslatable(f"more than {MAX_AST:,} syntax nodes")
     for n in ast.walk(tree):   # name the worst part first: any dunder anywhere

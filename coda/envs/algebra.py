@@ -7,6 +7,7 @@ __all__ = ['FUNCS', 'SAMPLES', 'COLORS', 'DEFAULT_VIEW', 'TABS', 'PLOT_BOX', 'Ca
 
 # %% ../../nbs/05b_algebra.ipynb #f01512b0
 import ast, math, operator
+from ..actions import parse_ast
 from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, panel, label, button, checkbox, text_field,
                                list_box, menu_bar, dialog, text_width, _draw_children)
 
@@ -29,7 +30,7 @@ def calc(expr:str, names:dict, degrees:bool=False):
     "Evaluate an Algebra expression (`^` is power) over `names`, walking its syntax tree; never runs code"
     src = expr.replace('^', '**').replace('π', 'pi').strip()
     if not src: raise CalcError('empty expression')
-    try: tree = ast.parse(src, mode='eval')
+    try: tree = parse_ast(src, mode='eval')
     except SyntaxError: raise CalcError(f'cannot read {expr!r}')
     def ev(n):
         if isinstance(n, ast.Expression): return ev(n.body)
