@@ -5,6 +5,7 @@ Needs Debian's xvfb, xdotool, openbox and dbus (`make test` installs them); skip
 import json, os, shutil, signal, sys, time
 from pathlib import Path
 import pytest
+from needs import need_programs
 from coda.actions import Action
 from coda.envs.desktop import (Desktop, DesktopEnv, DesktopApp, AppCrashed, DesktopError, register_app, DESKTOP_APPS,
                                desktop_processes, orphaned_processes)
@@ -15,10 +16,7 @@ pytestmark = pytest.mark.xvfb
 
 @pytest.fixture(autouse=True)
 def needs_x():
-    missing = [p for p in ('Xvfb', 'xdotool', 'openbox', 'dbus-daemon') if not shutil.which(p)]
-    if missing:
-        if os.environ.get('CI') == 'true': pytest.fail(f"CI needs {missing} (make sysdeps)")
-        pytest.skip(f"not installed: {missing}")
+    need_programs('Xvfb', 'xdotool', 'openbox', 'dbus-daemon')
 
 def events(log): return [json.loads(l) for l in Path(log).read_text().splitlines() if l.strip()]
 

@@ -12,11 +12,7 @@ W, H = 1280, 800
 PROBE = Path(__file__).parent/'apps'/'tk_probe.py'
 pytestmark = pytest.mark.xvfb
 
-def _need(*progs):
-    missing = [p for p in progs if not shutil.which(p)]
-    if missing:
-        if os.environ.get('CI') == 'true': pytest.fail(f"CI needs {missing} (make sysdeps)")
-        pytest.skip(f"not installed: {missing}")
+from needs import need_programs as _need
 
 @pytest.fixture(scope='module')
 def display():

@@ -11,11 +11,7 @@ from coda.envs.scidesk import oracle_actions
 
 pytestmark = pytest.mark.xvfb
 
-def _need(*progs):
-    missing = [p for p in progs if not shutil.which(p)]
-    if missing:
-        if os.environ.get('CI') == 'true': pytest.fail(f"CI needs {missing} (make sysdeps)")
-        pytest.skip(f"not installed: {missing}")
+from needs import need_programs as _need
 
 def _tasks():
     from coda.envs.grass import grass_tasks

@@ -5,6 +5,7 @@ Needs Debian's kalgebra (`make test` installs it); skipped without it, except in
 import json, os, shutil
 from pathlib import Path
 import pytest
+from needs import need_programs
 from coda.envs.desktop import DesktopEnv, desktop_processes
 from coda.envs.kalgebra import kalgebra_support, kalgebra_oracle, reference_dump, calgebra, CalgebraError
 from coda.paths import ROOT, SHARED
@@ -16,10 +17,7 @@ SUPPORTED = [t for t in TASKS if kalgebra_support(t)[0]]
 
 @pytest.fixture(autouse=True)
 def needs_kalgebra():
-    missing = [p for p in ('Xvfb', 'xdotool', 'openbox', 'kalgebra', 'calgebra') if not shutil.which(p)]
-    if missing:
-        if os.environ.get('CI') == 'true': pytest.fail(f"CI needs {missing} (make sysdeps)")
-        pytest.skip(f"not installed: {missing}")
+    need_programs('Xvfb', 'xdotool', 'openbox', 'kalgebra', 'calgebra')
 
 def test_supported_set():
     assert sorted(t.id for t in SUPPORTED) == ['A-01', 'A-04', 'C-01', 'C-02', 'C-05', 'D-02', 'D-03']

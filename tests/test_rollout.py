@@ -4,6 +4,7 @@ for scidesk and for the real desktop (KAlgebra)."""
 import os, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 import pytest
+from needs import need_programs
 from agent_fixtures import ScriptedServer
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
@@ -109,9 +110,7 @@ KAL = [t for t in load_tasks(Path(__file__).parents[1]/'data'/'desktop'/'KAlgebr
 @pytest.mark.parametrize('backend', ['local', 'ray'])
 def test_real_desktops_in_parallel(backend, tmp_path, request):
     "KAlgebra desktops, 2 at a time, 4 episodes: one result each, all correct, no desktop process left"
-    if not all(shutil.which(p) for p in ('Xvfb', 'xdotool', 'openbox', 'kalgebra')):
-        if os.environ.get('CI') == 'true': pytest.fail('CI needs the desktop packages (make sysdeps)')
-        pytest.skip('no Xvfb/kalgebra')
+    need_programs('Xvfb', 'xdotool', 'openbox', 'kalgebra')
     from coda.envs.desktop import DesktopEnv, desktop_processes
     if backend == 'ray': request.getfixturevalue('ray_local')
     fac = RayEnvFactory(DesktopEnv, num_cpus=0.5) if backend == 'ray' else DesktopEnv
