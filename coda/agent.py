@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['STOPS', 'AgentConfig', 'run_sync', 'Agent']
 
-# %% ../nbs/07_agent.ipynb #fb335436
+# %% ../nbs/07_agent.ipynb #436e11ac
 import asyncio, time, traceback
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -13,7 +13,7 @@ from .actions import Action, parse_action, model_frame, MIN_PIXELS, MAX_PIXELS
 from .prompts import Conversation, user_turn, split_planner
 from .envs.core import Observation
 
-# %% ../nbs/07_agent.ipynb #1382261b
+# %% ../nbs/07_agent.ipynb #79a4e14f
 @dataclass
 class AgentConfig:
     "How the agent runs; the defaults follow CODA's reference code"
@@ -34,7 +34,7 @@ class AgentConfig:
     @property
     def frame(self)->tuple: return model_frame(self.screen, self.min_pixels, self.max_pixels)
 
-# %% ../nbs/07_agent.ipynb #255f3a69
+# %% ../nbs/07_agent.ipynb #603fa395
 def run_sync(coro):
     "Run a coroutine to completion from sync code, also inside Jupyter or another running event loop"
     try: asyncio.get_running_loop()
@@ -42,7 +42,7 @@ def run_sync(coro):
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
 
-# %% ../nbs/07_agent.ipynb #56de57f9
+# %% ../nbs/07_agent.ipynb #2b013d38
 STOPS = ('DONE', 'ANS', 'FAIL', 'STUCK', 'BUDGET', 'ERROR', 'TIMEOUT')  # TIMEOUT: set by the rollout's episode time limit
 
 def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.enter, a.keys, a.direction) for a in acts)
@@ -50,7 +50,7 @@ def _actions_key(acts): return tuple((a.kind, a.x, a.y, a.x2, a.y2, a.text, a.en
 def _usage(r, prefix):
     return {f'{prefix}_prompt_tokens': getattr(r, 'prompt_tokens', None), f'{prefix}_completion_tokens': getattr(r, 'completion_tokens', None)}
 
-# %% ../nbs/07_agent.ipynb #9f7c3619
+# %% ../nbs/07_agent.ipynb #a083ed40
 class Agent:
     "CODA's planner–executor agent over any two chat backends"
     def __init__(self, planner, executor, config:AgentConfig|None=None):
@@ -103,6 +103,7 @@ class Agent:
             rec = dict(step=i, started=round(time.time(), 6), thought='', planner='', planner_action='', executor=None, executor_attempts=0, actions=[],
                        kind='', error=None, planner_s=0.0, executor_s=0.0, env_s=0.0)
             png = obs.png() if obs.screenshot is not None else None
+            if c.obs != 'screenshot': rec.update(obs=c.obs, a11y=obs.a11y_text or '')   # what the planner read, so training can replay it
             try:
                 conv.add_user(self._user(obs))
                 pr = await self.planner.chat(conv.planner_messages(), **c.planner_sampling)

@@ -5,30 +5,32 @@
 # %% auto #0
 __all__ = ['default_notebooks', 'reproduce', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #b8920b62
+# %% ../nbs/90_cli.ipynb #a6bbd340
 import argparse, json, os, shlex, shutil, subprocess, sys, time, fnmatch, traceback
 from pathlib import Path
 from .paths import NBS, ROOT
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #a7840602
+# %% ../nbs/90_cli.ipynb #499c5e2d
 def default_notebooks(nbs:Path=NBS)->list:
-    "The notebooks `reproduce` runs: the table notebooks if any exist, else every numbered notebook"
-    tables = sorted(nbs.glob('2*_table*.ipynb'))
-    return tables or sorted(p for p in nbs.glob('[0-9]*.ipynb'))
+    "The notebooks `reproduce` runs: the table notebooks"
+    return sorted(nbs.glob('2*_table*.ipynb'))
 
-# %% ../nbs/90_cli.ipynb #d86c50af
-def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-<timestamp>
+# %% ../nbs/90_cli.ipynb #b5b46b6e
+def _table_name(nb:Path)->str: return nb.stem.split('_', 1)[-1]   # 20_table1 -> table1
+
+def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce
               notebooks:list|None=None,  # notebooks to run; None: `default_notebooks()`
               params:dict|None=None,     # papermill parameters for notebooks that declare them
               resume:bool=False,         # skip notebooks that already succeeded in `out`
+              fresh:bool=False,          # passed as `fresh` to notebooks that declare it: start their stages over
               timeout:int=3600,          # seconds a cell may run
               progress:bool=True,        # show a progress bar
              )->dict: # summary: notebook name -> {ok, seconds, error?, output}
     "Run notebooks end to end with papermill into a run folder and write its summary.json"
     import papermill as pm
     from tqdm.auto import tqdm
-    out = Path(out) if out else get_settings().runs/time.strftime('reproduce-%Y%m%d-%H%M%S')
+    out = Path(out) if out else get_settings().runs/'reproduce'
     out.mkdir(parents=True, exist_ok=True)
     summary_path = out/'summary.json'
     summary = json.loads(summary_path.read_text()) if resume and summary_path.exists() else {}
@@ -36,9 +38,10 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
     for nb in tqdm(nbs, desc='notebooks', disable=not progress):
         if summary.get(nb.name, {}).get('ok'): continue
         t0, dest = time.time(), out/nb.name
-        declared = pm.inspect_notebook(str(nb)) if params else {}
+        declared = pm.inspect_notebook(str(nb))
+        given = {'run': str((out/_table_name(nb)).resolve()), 'fresh': fresh, **(params or {})}
         try:
-            pm.execute_notebook(str(nb), str(dest), parameters={k: v for k, v in (params or {}).items() if k in declared},
+            pm.execute_notebook(str(nb), str(dest), parameters={k: v for k, v in given.items() if k in declared},
                                 cwd=str(nb.parent), kernel_name='python3', progress_bar=False, execution_timeout=timeout)
             summary[nb.name] = dict(ok=True, seconds=round(time.time() - t0, 2), output=str(dest))
         except Exception as e:
@@ -47,7 +50,7 @@ def reproduce(out:Path|str|None=None,   # run folder; None: <run_dir>/reproduce-
         summary_path.write_text(json.dumps(summary, indent=1))  # on disk after every notebook: a killed run resumes
     return summary
 
-# %% ../nbs/90_cli.ipynb #3ae5f9e0
+# %% ../nbs/90_cli.ipynb #e9ac3cb4
 def _size(s):
     try: w, h = s.lower().split('x'); return int(w), int(h)
     except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
@@ -73,14 +76,18 @@ def _cmd_reproduce(a):
         import yaml
         params = yaml.safe_load(Path(a.params).read_text()) or {}
     nbs = [Path(n) for n in a.notebooks] if a.notebooks else None
-    summary = reproduce(a.out, nbs, params=params, resume=bool(a.resume), timeout=a.timeout)
+    t0 = time.time()
+    summary = reproduce(a.out, nbs, params=params, resume=bool(a.resume), fresh=bool(a.fresh), timeout=a.timeout)
     out = Path(a.out) if a.out else None
     failed = [k for k, v in summary.items() if not v['ok']]
     for k, v in summary.items(): print(f"{'ok  ' if v['ok'] else 'FAIL'} {v['seconds']:8.1f}s  {k}" + (f"  {v['error']}" if not v['ok'] else ''))
     print(f"{len(summary) - len(failed)}/{len(summary)} notebooks ran; outputs in {Path(next(iter(summary.values()))['output']).parent if summary else out}")
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20   # KiB -> GiB: the largest kernel
+    print(f"time {time.time() - t0:.0f} s; peak memory of a notebook kernel {peak:.2f} GiB")
     if failed: sys.exit(1)
 
-# %% ../nbs/90_cli.ipynb #7c6bd026
+# %% ../nbs/90_cli.ipynb #0412c31c
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -196,7 +203,7 @@ def _cmd_view(a):
     from coda.store import to_html
     print(to_html(a.run))
 
-# %% ../nbs/90_cli.ipynb #9b54cad6
+# %% ../nbs/90_cli.ipynb #b03c8ffc
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
@@ -212,10 +219,11 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--coords', choices=['absolute', 'relative1000'], help='coordinate convention (default: settings)')
     c.add_argument('--json', action='store_true', help='print the actions as one JSON list')
     c.set_defaults(fn=_cmd_parse)
-    c = sub.add_parser('reproduce', help='run the reproduction notebooks with papermill into a run folder',
-                       description='Run the reproduction notebooks end to end (CPU defaults) into a run folder; resumable.')
-    c.add_argument('notebooks', nargs='*', help='notebooks to run (default: the table notebooks, or every numbered notebook until they exist)')
-    c.add_argument('--out', help='run folder (default: <run_dir>/reproduce-<timestamp>)')
+    c = sub.add_parser('reproduce', help='run the table notebooks (Table 1, Table 2) with papermill into a run folder',
+                       description='Run the table notebooks end to end (CPU miniature by default; --params params/paper.yaml for paper scale) into a run folder; resumable.')
+    c.add_argument('notebooks', nargs='*', help='notebooks to run (default: the table notebooks nbs/2*_table*.ipynb)')
+    c.add_argument('--out', help='run folder (default: <run_dir>/reproduce); an existing one is resumed stage by stage')
+    c.add_argument('--fresh', action='store_true', help="start the tables' pipelines over instead of reusing finished stages")
     c.add_argument('--params', help='YAML file of papermill parameters, e.g. params/paper.yaml')
     c.add_argument('--resume', action='store_true', help='skip notebooks that already succeeded in --out')
     c.add_argument('--timeout', type=int, default=3600, help='seconds a cell may run (default 3600)')
@@ -320,7 +328,7 @@ def build_parser()->argparse.ArgumentParser:
     c.set_defaults(fn=_cmd_view)
     return p
 
-# %% ../nbs/90_cli.ipynb #79702e9f
+# %% ../nbs/90_cli.ipynb #d04fb153
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
     a = build_parser().parse_args(argv)

@@ -7,7 +7,7 @@ __all__ = ['log', 'GRPO_PRESETS', 'replay', 'to_trl_prompt', 'grpo_examples', 'b
            'group_advantages', 'grpo_loss', 'aggregate', 'load_planner', 'lora_config', 'grpo_config', 'train_grpo',
            'recording_trainer', 'reference_loss']
 
-# %% ../nbs/14_grpo.ipynb #2a6f1e9b
+# %% ../nbs/14_grpo.ipynb #967aa3a8
 import asyncio, io, json, logging, math, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from .store import RunStore, read_jsonl
 from .reward import action_reward
 log = logging.getLogger(__name__)
 
-# %% ../nbs/14_grpo.ipynb #aa0674ce
+# %% ../nbs/14_grpo.ipynb #f34b34ff
 def replay(ep_dir:Path|str,          # an episode folder (coda.store)
            step:int,                 # the 0-based step whose prompt is wanted
            language:str='English',   # the planner's Thought language (AgentConfig.language)
@@ -31,9 +31,11 @@ def replay(ep_dir:Path|str,          # an episode folder (coda.store)
     if not 0 <= step < len(steps): raise IndexError(f"{d} has {len(steps)} steps, not a step {step}")
     conv = Conversation(meta['instruction'], language, window)
     for r in steps[:step + 1]:
-        if not r.get('screenshot') or not (d/r['screenshot']).exists():
-            raise FileNotFoundError(f"{d}: step {r.get('step')} has no screenshot (runs with --obs a11y cannot be replayed)")
-        conv.add_user(user_turn((d/r['screenshot']).read_bytes()))
+        shot = d/r['screenshot'] if r.get('screenshot') else None
+        mode, tree = r.get('obs', 'screenshot'), r.get('a11y')   # recorded when the planner read the accessibility tree
+        if mode == 'a11y': conv.add_user(user_turn(None, tree, obs='a11y'))
+        elif shot is not None and shot.exists(): conv.add_user(user_turn(shot.read_bytes(), tree, obs=mode))
+        else: raise FileNotFoundError(f"{d}: step {r.get('step')} has no screenshot to replay")
         if r is steps[step]: break
         conv.add_assistant(r.get('planner') or '')
         if r.get('executor') is not None: conv.set_last_assistant(f"{r.get('thought', '')}\nAction: {r['executor']}")
@@ -55,7 +57,7 @@ def to_trl_prompt(messages:list, # chat messages whose image parts hold PNG byte
         out.append({'role': m['role'], 'content': new})
     return out, images
 
-# %% ../nbs/14_grpo.ipynb #5c785d09
+# %% ../nbs/14_grpo.ipynb #9690aa99
 def grpo_examples(run:Path|str,         # a judged run
                   judge:str,            # the name its judgments are filed under
                   apps:Sequence|None=None,  # keep only these apps
@@ -87,7 +89,7 @@ def build_grpo_dataset(runs:Sequence, # judged run folders (one or more)
     if not rows: raise ValueError(f"no positive steps judged by {judge!r} in {runs}" + (f" for {list(apps)}" if apps else ''))
     return Dataset.from_list(rows)
 
-# %% ../nbs/14_grpo.ipynb #b872dd0d
+# %% ../nbs/14_grpo.ipynb #2f694735
 class DecoupledReward:
     "GRPO reward: the frozen executor's action for each sampled thought, scored against the labelled action"
     __name__ = 'decoupled_action_reward'   # TRL logs rewards under the function's name
@@ -138,7 +140,7 @@ class DecoupledReward:
         from coda.agent import run_sync
         return run_sync(self.ascore(completions, episode, step, gold))
 
-# %% ../nbs/14_grpo.ipynb #2f617439
+# %% ../nbs/14_grpo.ipynb #a64a7e16
 def group_advantages(rewards, # (B,) rewards, B = groups x G, each group's G completions adjacent
                      G:int,   # completions per prompt
                      eps:float=1e-4, # added to the std (TRL 1e-4, OpenRLHF 1e-9)
@@ -170,13 +172,13 @@ def aggregate(per_tok, mask, # (B, T) per-token losses and 0/1 mask
     if loss_type == 'dr_grpo': return (per_tok * m).sum() / (per_tok.size(0) * (max_len or per_tok.size(1)))
     raise ValueError(f"loss_type must be grpo, bnpo or dr_grpo, not {loss_type!r}")
 
-# %% ../nbs/14_grpo.ipynb #d82465da
+# %% ../nbs/14_grpo.ipynb #ef191742
 GRPO_PRESETS = {
     'coda': dict(loss_type='grpo', beta=0.04, epsilon=0.2, scale_rewards='group', num_generations=8),
     'trl': dict(num_generations=8),
 }
 
-# %% ../nbs/14_grpo.ipynb #d4e1bed2
+# %% ../nbs/14_grpo.ipynb #e75bd164
 def load_planner(model_dir:Path|str):
     "(model, processor) of a local Qwen2.5-VL planner folder"
     from coda.models import patch_qwen_vl_processors_without_video
@@ -239,7 +241,7 @@ def train_grpo(dataset,                   # a GRPO dataset (`build_grpo_dataset`
     _curves(tr.state.log_history, out)
     return tr
 
-# %% ../nbs/14_grpo.ipynb #fa9f0337
+# %% ../nbs/14_grpo.ipynb #3c3dea0a
 def recording_trainer():
     "A GRPOTrainer subclass that records each loss computation's inputs, its per-token log-probs and the loss"
     import torch

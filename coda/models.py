@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['QWEN_SPECIAL', 'QWEN25VL_CHAT_TEMPLATE', 'PAPER_SERVERS', 'Reply', 'ModelError', 'image_part', 'to_openai_messages',
-           'ChatBackend', 'OpenAIChat', 'patch_qwen_vl_processors_without_video', 'build_tiny_qwen25vl', 'LocalChat',
-           'serve_transformers', 'VLLMServer', 'vllm_commands']
+           'ChatBackend', 'OpenAIChat', 'patch_qwen_vl_processors_without_video', 'domain_tokenizer',
+           'build_tiny_qwen25vl', 'LocalChat', 'serve_transformers', 'VLLMServer', 'vllm_commands']
 
-# %% ../nbs/04_models.ipynb #6c2f7eea
+# %% ../nbs/04_models.ipynb #decb0601
 import asyncio, base64, importlib, io, json, os, random, shutil, socket, subprocess, sys, tempfile, time, weakref
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -17,7 +17,7 @@ from typing import Iterator, Protocol, runtime_checkable
 import httpx
 from .config import get_settings
 
-# %% ../nbs/04_models.ipynb #c8808682
+# %% ../nbs/04_models.ipynb #536f88c8
 @dataclass
 class Reply:
     "One completion and what it cost"
@@ -36,7 +36,7 @@ class ModelError(RuntimeError):
         super().__init__(f"chat request to {endpoint} (model {model!r}) failed after {attempts} attempt{'s'*(attempts != 1)}: {cause}")
     def __reduce__(self): return type(self), (self.endpoint, self.model, self.cause, self.attempts, self.status)
 
-# %% ../nbs/04_models.ipynb #65bf7e2b
+# %% ../nbs/04_models.ipynb #c7c15dbf
 _PNG = b'\x89PNG\r\n\x1a\n'
 
 def _png_bytes(img)->bytes:
@@ -64,7 +64,7 @@ def image_part(img, # a PIL image or PNG bytes (other image bytes are re-encoded
         while len(_URLS) > 64: _URLS.popitem(last=False)
     return {'type': 'image_url', 'image_url': {'url': url}}
 
-# %% ../nbs/04_models.ipynb #6a994380
+# %% ../nbs/04_models.ipynb #39dce818
 def to_openai_messages(messages:list[dict], # chat messages; parts may be internal `{"type": "image", "image": ...}`
                       )->list[dict]: # new messages with every internal image as an `image_url` part
     "Messages ready for an OpenAI-compatible server: internal image parts become base64 PNG `image_url` parts"
@@ -76,7 +76,7 @@ def to_openai_messages(messages:list[dict], # chat messages; parts may be intern
         out.append(m)
     return out
 
-# %% ../nbs/04_models.ipynb #5d85eb6b
+# %% ../nbs/04_models.ipynb #8d30bbe6
 @runtime_checkable
 class ChatBackend(Protocol):
     "Anything that answers chat messages with a `Reply`"
@@ -90,7 +90,7 @@ def _check_continue(messages):
     if not messages or messages[-1].get('role') != 'assistant':
         raise ValueError("continue_final=True needs an assistant message last (the prefix to continue)")
 
-# %% ../nbs/04_models.ipynb #cf1f9416
+# %% ../nbs/04_models.ipynb #f9880456
 class _Retry(Exception):
     "A transient failure: worth another attempt"
     def __init__(self, cause:str, status:int|None=None, after:float|None=None):
@@ -117,7 +117,7 @@ def _parse_completion(r)->tuple:
     u = d.get('usage') if isinstance(d.get('usage'), dict) else {}
     return text, u.get('prompt_tokens'), u.get('completion_tokens'), d.get('model')
 
-# %% ../nbs/04_models.ipynb #c0178b50
+# %% ../nbs/04_models.ipynb #9fe25d0c
 class OpenAIChat:
     "Chat with an OpenAI-compatible server (vLLM, `transformers serve`, a provider): retries, timeout, concurrency limit"
     def __init__(self, base_url:str,          # the server's base URL, e.g. 'http://127.0.0.1:8000/v1'
@@ -203,7 +203,7 @@ class OpenAIChat:
     async def __aenter__(self): return self
     async def __aexit__(self, *exc): await self.aclose()
 
-# %% ../nbs/04_models.ipynb #3fb77ed5
+# %% ../nbs/04_models.ipynb #bedb064b
 def patch_qwen_vl_processors_without_video():
     "Let Qwen2(.5)-VL processors load without torchvision (no video processor); idempotent, a no-op when torchvision imports"
     try:
@@ -219,7 +219,7 @@ def patch_qwen_vl_processors_without_video():
         cls.__init__, cls._coda_no_video = __init__, True
     return True
 
-# %% ../nbs/04_models.ipynb #9942838d
+# %% ../nbs/04_models.ipynb #14ee7ad1
 QWEN_SPECIAL = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>',
                 '<|vision_pad|>', '<|image_pad|>', '<|video_pad|>']   # ids 0..7 in the tiny tokenizer
 QWEN25VL_CHAT_TEMPLATE = (  # byte-identical to Qwen2.5-VL's official template (and TRL's chat_templates/qwen2_5_vl.jinja)
@@ -261,16 +261,38 @@ def _tiny_tokenizer(vocab_size:int=512):
     tok.chat_template = QWEN25VL_CHAT_TEMPLATE
     return tok
 
+_SPECIALS = dict(eos_token='<|im_end|>', pad_token='<|endoftext|>',
+                 extra_special_tokens={'image_token': '<|image_pad|>', 'video_token': '<|video_pad|>',
+                                       'vision_bos_token': '<|vision_start|>', 'vision_eos_token': '<|vision_end|>'})
+
+def domain_tokenizer(texts:list,            # the texts the model will read and write (prompts, trees, replies)
+                     vocab_size:int=4096,   # BPE vocabulary, Qwen's special tokens included
+                    ):
+    "A byte-level BPE that merges within lines (whole UI lines and box coordinates become single tokens) but keeps every other digit separate"
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[^\n]*\n?"), behavior='isolated'),                       # never merge across lines
+        pre_tokenizers.Split(Regex(r"@\(-?\d+,-?\d+,-?\d+,-?\d+\)|\d"), behavior='isolated'),  # a box is one piece, other digits one each
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(list(texts), trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=QWEN_SPECIAL,
+        show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))   # all 256 bytes: no unknown token ever
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, **_SPECIALS)
+    tok.chat_template = QWEN25VL_CHAT_TEMPLATE
+    return tok
 def _mrope_section(head_dim:int)->list:
     "Qwen's [16, 24, 24] proportions for the (t, h, w) rotary sections, summing to head_dim/2 (P2)"
     half = head_dim // 2; t = half // 4; h = (half - t) // 2
     return [t, h, half - t - h]
 
-# %% ../nbs/04_models.ipynb #2aa3608f
+# %% ../nbs/04_models.ipynb #ff890fc5
 def build_tiny_qwen25vl(path:str|Path,   # folder to write (created; files in it are overwritten)
                         *, seed:int=0,   # torch seed for the random weights
                         hidden:int=64,   # text hidden size (4 attention heads, so a multiple of 8)
                         layers:int=2,    # text decoder layers
+                        tokenizer=None,  # a tokenizer with Qwen's special tokens (default: the 512-token one above)
                        )->Path: # the folder, loadable with AutoProcessor / AutoModelForImageTextToText
     "Build and save a tiny random Qwen2.5-VL with its tokenizer, image processor and chat template, all offline"
     import torch
@@ -278,7 +300,7 @@ def build_tiny_qwen25vl(path:str|Path,   # folder to write (created; files in it
                               Qwen2_5_VLProcessor, Qwen2VLImageProcessorPil)
     if hidden % 8: raise ValueError(f"hidden must be a multiple of 8 (4 heads of an even size), got {hidden}")
     patch_qwen_vl_processors_without_video()
-    tok = _tiny_tokenizer()
+    tok = tokenizer if tokenizer is not None else _tiny_tokenizer()
     ip = Qwen2VLImageProcessorPil(min_pixels=56*56, max_pixels=224*224,   # 224x224 -> 16x16 patches -> 64 tokens
                                   patch_size=14, temporal_patch_size=2, merge_size=2)
     proc = Qwen2_5_VLProcessor(image_processor=ip, tokenizer=tok, chat_template=QWEN25VL_CHAT_TEMPLATE)
@@ -301,7 +323,7 @@ def build_tiny_qwen25vl(path:str|Path,   # folder to write (created; files in it
     model.save_pretrained(path); proc.save_pretrained(path)
     return path
 
-# %% ../nbs/04_models.ipynb #aedfa026
+# %% ../nbs/04_models.ipynb #8000ce54
 def _pil(x):
     from PIL import Image
     return Image.open(io.BytesIO(bytes(x))) if isinstance(x, (bytes, bytearray, memoryview)) else x
@@ -338,7 +360,7 @@ class _FrequencyPenalty:
         counts = torch.zeros_like(scores).scatter_add_(1, gen, torch.ones_like(gen, dtype=scores.dtype))
         return scores - self.penalty * counts
 
-# %% ../nbs/04_models.ipynb #769c3edf
+# %% ../nbs/04_models.ipynb #a256ff01
 class LocalChat:
     "Chat with a transformers model in this process, same interface as `OpenAIChat`"
     def __init__(self, model_dir:str|Path=None,   # a saved model + processor (or tokenizer) folder
@@ -417,7 +439,7 @@ class LocalChat:
 
     async def aclose(self): pass
 
-# %% ../nbs/04_models.ipynb #1e364248
+# %% ../nbs/04_models.ipynb #3a0991d6
 def _serve_main():
     "`transformers` CLI entry point with the Qwen-VL processor patch applied (run in the server subprocess)"
     patch_qwen_vl_processors_without_video()
@@ -433,7 +455,7 @@ def _tail(path:Path, n:int=3000)->str:
     try: return path.read_text(errors='replace')[-n:]
     except OSError: return ''
 
-# %% ../nbs/04_models.ipynb #4aae03e5
+# %% ../nbs/04_models.ipynb #1ec7aa6e
 @contextmanager
 def serve_transformers(model_dir:str|Path,      # the model folder to serve (requests name it as `model`)
                        *, host:str='127.0.0.1',  # address to listen on
@@ -473,7 +495,7 @@ def serve_transformers(model_dir:str|Path,      # the model folder to serve (req
             except subprocess.TimeoutExpired: proc.kill(); proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
-# %% ../nbs/04_models.ipynb #4988f2e5
+# %% ../nbs/04_models.ipynb #be8a7612
 @dataclass
 class VLLMServer:
     "One vLLM server to start: which model, under which name, where, on how many GPUs"

@@ -58,9 +58,9 @@ def test_reproduce_passes_parameters_only_to_notebooks_that_declare_them(tmp_pat
     s = reproduce(tmp_path/'run', [tmp_path/'t.ipynb', plain], params={'n': 7}, progress=False)
     assert all(v['ok'] for v in s.values()), s
 
-def test_default_notebooks_are_the_numbered_ones_until_tables_exist():
+def test_default_notebooks_are_the_table_notebooks():
     names = [p.name for p in default_notebooks()]
-    assert '02_actions.ipynb' in names and 'index.ipynb' not in names
+    assert names[0] == '20_table1.ipynb' and all('_table' in n for n in names)
 
 def test_help_lists_every_subcommand():
     out = subprocess.run([*CODA, '--help'], capture_output=True, text=True)
