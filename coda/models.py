@@ -7,7 +7,7 @@ __all__ = ['QWEN_SPECIAL', 'QWEN25VL_CHAT_TEMPLATE', 'PAPER_SERVERS', 'Reply', '
            'ChatBackend', 'OpenAIChat', 'patch_qwen_vl_processors_without_video', 'domain_tokenizer',
            'build_tiny_qwen25vl', 'LocalChat', 'serve_transformers', 'VLLMServer', 'vllm_commands']
 
-# %% ../nbs/04_models.ipynb #decb0601
+# %% ../nbs/04_models.ipynb #11bd7c29
 import asyncio, base64, importlib, io, json, os, random, shutil, socket, subprocess, sys, tempfile, time, weakref
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -17,7 +17,7 @@ from typing import Iterator, Protocol, runtime_checkable
 import httpx
 from .config import get_settings
 
-# %% ../nbs/04_models.ipynb #536f88c8
+# %% ../nbs/04_models.ipynb #5a6c40b4
 @dataclass
 class Reply:
     "One completion and what it cost"
@@ -36,7 +36,7 @@ class ModelError(RuntimeError):
         super().__init__(f"chat request to {endpoint} (model {model!r}) failed after {attempts} attempt{'s'*(attempts != 1)}: {cause}")
     def __reduce__(self): return type(self), (self.endpoint, self.model, self.cause, self.attempts, self.status)
 
-# %% ../nbs/04_models.ipynb #c7c15dbf
+# %% ../nbs/04_models.ipynb #67379650
 _PNG = b'\x89PNG\r\n\x1a\n'
 
 def _png_bytes(img)->bytes:
@@ -64,7 +64,7 @@ def image_part(img, # a PIL image or PNG bytes (other image bytes are re-encoded
         while len(_URLS) > 64: _URLS.popitem(last=False)
     return {'type': 'image_url', 'image_url': {'url': url}}
 
-# %% ../nbs/04_models.ipynb #39dce818
+# %% ../nbs/04_models.ipynb #03ed5c23
 def to_openai_messages(messages:list[dict], # chat messages; parts may be internal `{"type": "image", "image": ...}`
                       )->list[dict]: # new messages with every internal image as an `image_url` part
     "Messages ready for an OpenAI-compatible server: internal image parts become base64 PNG `image_url` parts"
@@ -76,7 +76,7 @@ def to_openai_messages(messages:list[dict], # chat messages; parts may be intern
         out.append(m)
     return out
 
-# %% ../nbs/04_models.ipynb #8d30bbe6
+# %% ../nbs/04_models.ipynb #8f2ecdd7
 @runtime_checkable
 class ChatBackend(Protocol):
     "Anything that answers chat messages with a `Reply`"
@@ -90,7 +90,7 @@ def _check_continue(messages):
     if not messages or messages[-1].get('role') != 'assistant':
         raise ValueError("continue_final=True needs an assistant message last (the prefix to continue)")
 
-# %% ../nbs/04_models.ipynb #f9880456
+# %% ../nbs/04_models.ipynb #26b3c745
 class _Retry(Exception):
     "A transient failure: worth another attempt"
     def __init__(self, cause:str, status:int|None=None, after:float|None=None):
@@ -117,7 +117,7 @@ def _parse_completion(r)->tuple:
     u = d.get('usage') if isinstance(d.get('usage'), dict) else {}
     return text, u.get('prompt_tokens'), u.get('completion_tokens'), d.get('model')
 
-# %% ../nbs/04_models.ipynb #9fe25d0c
+# %% ../nbs/04_models.ipynb #02da0a51
 class OpenAIChat:
     "Chat with an OpenAI-compatible server (vLLM, `transformers serve`, a provider): retries, timeout, concurrency limit"
     def __init__(self, base_url:str,          # the server's base URL, e.g. 'http://127.0.0.1:8000/v1'
@@ -203,7 +203,7 @@ class OpenAIChat:
     async def __aenter__(self): return self
     async def __aexit__(self, *exc): await self.aclose()
 
-# %% ../nbs/04_models.ipynb #bedb064b
+# %% ../nbs/04_models.ipynb #4ce6cab8
 def patch_qwen_vl_processors_without_video():
     "Let Qwen2(.5)-VL processors load without torchvision (no video processor); idempotent, a no-op when torchvision imports"
     try:
@@ -219,7 +219,7 @@ def patch_qwen_vl_processors_without_video():
         cls.__init__, cls._coda_no_video = __init__, True
     return True
 
-# %% ../nbs/04_models.ipynb #14ee7ad1
+# %% ../nbs/04_models.ipynb #8e2adbea
 QWEN_SPECIAL = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>',
                 '<|vision_pad|>', '<|image_pad|>', '<|video_pad|>']   # ids 0..7 in the tiny tokenizer
 QWEN25VL_CHAT_TEMPLATE = (  # byte-identical to Qwen2.5-VL's official template (and TRL's chat_templates/qwen2_5_vl.jinja)
@@ -287,7 +287,7 @@ def _mrope_section(head_dim:int)->list:
     half = head_dim // 2; t = half // 4; h = (half - t) // 2
     return [t, h, half - t - h]
 
-# %% ../nbs/04_models.ipynb #ff890fc5
+# %% ../nbs/04_models.ipynb #b391dc6c
 def build_tiny_qwen25vl(path:str|Path,   # folder to write (created; files in it are overwritten)
                         *, seed:int=0,   # torch seed for the random weights
                         hidden:int=64,   # text hidden size (4 attention heads, so a multiple of 8)
@@ -323,7 +323,7 @@ def build_tiny_qwen25vl(path:str|Path,   # folder to write (created; files in it
     model.save_pretrained(path); proc.save_pretrained(path)
     return path
 
-# %% ../nbs/04_models.ipynb #8000ce54
+# %% ../nbs/04_models.ipynb #2399829e
 def _pil(x):
     from PIL import Image
     return Image.open(io.BytesIO(bytes(x))) if isinstance(x, (bytes, bytearray, memoryview)) else x
@@ -360,7 +360,7 @@ class _FrequencyPenalty:
         counts = torch.zeros_like(scores).scatter_add_(1, gen, torch.ones_like(gen, dtype=scores.dtype))
         return scores - self.penalty * counts
 
-# %% ../nbs/04_models.ipynb #a256ff01
+# %% ../nbs/04_models.ipynb #0d0b5c74
 class LocalChat:
     "Chat with a transformers model in this process, same interface as `OpenAIChat`"
     def __init__(self, model_dir:str|Path=None,   # a saved model + processor (or tokenizer) folder
@@ -369,6 +369,7 @@ class LocalChat:
                  device:str='cpu',                 # torch device for the model and inputs
                  max_concurrency:int=1,            # generate calls at once (each in its own thread)
                  defaults:dict|None=None,          # sampling parameters used where a call leaves them None
+                 seed:int|None=None,               # seeds the per-call seeds of calls that give none (None: from the OS)
                 ):
         if model_dir is None and (model is None or processor is None): raise ValueError("give model_dir, or both model and processor")
         if model_dir is not None:
@@ -385,6 +386,7 @@ class LocalChat:
         self.model_name = str(model_dir) if model_dir is not None else (getattr(model, 'name_or_path', '') or type(model).__name__)
         self.endpoint = f'local:{self.model_name}'
         self.max_concurrency, self.defaults = int(max_concurrency), dict(defaults or {})
+        self._seeds = random.Random(seed)   # a call without a seed samples with the next one: calls differ, runs repeat
         self._sems = weakref.WeakKeyDictionary()   # event loop -> asyncio.Semaphore
 
     def __repr__(self): return f"LocalChat({self.model_name!r}, device={self.device!r})"
@@ -413,8 +415,9 @@ class LocalChat:
         x = self.encode(messages, continue_final)
         n = x['input_ids'].shape[1]
         kw = self._generate_kwargs(p, n)
+        seed = int(p['seed']) if p.get('seed') is not None else self._seeds.getrandbits(63)
         with torch.inference_mode(), torch.random.fork_rng(devices=[] if self.model.device.type == 'cpu' else None):
-            if p.get('seed') is not None: torch.manual_seed(int(p['seed']))
+            torch.manual_seed(seed)   # inside fork_rng, so the caller's torch RNG is untouched
             out = self.model.generate(**x, **kw)
         new = out[0, n:]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
@@ -439,7 +442,7 @@ class LocalChat:
 
     async def aclose(self): pass
 
-# %% ../nbs/04_models.ipynb #3a0991d6
+# %% ../nbs/04_models.ipynb #8b6b8b70
 def _serve_main():
     "`transformers` CLI entry point with the Qwen-VL processor patch applied (run in the server subprocess)"
     patch_qwen_vl_processors_without_video()
@@ -455,7 +458,7 @@ def _tail(path:Path, n:int=3000)->str:
     try: return path.read_text(errors='replace')[-n:]
     except OSError: return ''
 
-# %% ../nbs/04_models.ipynb #1ec7aa6e
+# %% ../nbs/04_models.ipynb #72c163bc
 @contextmanager
 def serve_transformers(model_dir:str|Path,      # the model folder to serve (requests name it as `model`)
                        *, host:str='127.0.0.1',  # address to listen on
@@ -495,7 +498,7 @@ def serve_transformers(model_dir:str|Path,      # the model folder to serve (req
             except subprocess.TimeoutExpired: proc.kill(); proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
-# %% ../nbs/04_models.ipynb #be8a7612
+# %% ../nbs/04_models.ipynb #c521205b
 @dataclass
 class VLLMServer:
     "One vLLM server to start: which model, under which name, where, on how many GPUs"

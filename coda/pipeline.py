@@ -6,7 +6,7 @@
 __all__ = ['ROWS', 'MiniConfig', 'stage', 'stage_times', 'split_tasks', 'template_tasks', 'rollout', 'judge', 'planner_texts',
            'build_planner', 'train_planner', 'train_specialist', 'run_miniature', 'eval_records']
 
-# %% ../nbs/17_pipeline.ipynb #26a80f66
+# %% ../nbs/17_pipeline.ipynb #469f8d53
 import json, random, shutil, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
@@ -15,7 +15,7 @@ from typing import Sequence
 from .agent import AgentConfig
 from .store import RunStore
 
-# %% ../nbs/17_pipeline.ipynb #91c2a227
+# %% ../nbs/17_pipeline.ipynb #dae39cde
 @dataclass
 class MiniConfig:
     "Sizes and settings of one miniature run (the defaults are the CPU miniature; tests shrink them)"
@@ -33,7 +33,8 @@ class MiniConfig:
     explore_samples: int = 1        # samples per exploration task
     judge: str = 'coda'             # judge preset used on exploration runs (voting@4)
     judge_dir: str = ''             # a trained judge model; '' trains one in this run (coda.tinyjudge)
-    judge_steps: int = 120          # judge SFT steps when training one here
+    judge_runs: int = 3             # mixed (right and wrong) runs of the train tasks the judge learns from
+    judge_steps: int = 300          # judge SFT steps when training one here
     grpo_steps: int = 6             # GRPO steps per specialist
     grpo_generations: int = 4       # G: sampled thoughts per prompt
     grpo_lr: float = 5e-4           # GRPO learning rate (LoRA)
@@ -56,7 +57,7 @@ class MiniConfig:
         return AgentConfig(obs='both', planner_sampling=dict(temperature=self.temperature, top_p=0.95, max_tokens=self.max_tokens),
                            executor_sampling=dict(temperature=0.0, max_tokens=64), stuck_after=3)
 
-# %% ../nbs/17_pipeline.ipynb #cad39200
+# %% ../nbs/17_pipeline.ipynb #2f0e5457
 @contextmanager
 def stage(root:Path, name:str, fresh:bool=False, log=print):
     "Run the with-block unless `root/stages/name.json` says it finished; yields a dict the block fills with what it made"
@@ -77,7 +78,7 @@ def stage_times(root:Path)->dict:
     "Seconds each finished stage took, by name"
     return {p.stem: json.loads(p.read_text()).get('seconds') for p in sorted((Path(root)/'stages').glob('*.json'))}
 
-# %% ../nbs/17_pipeline.ipynb #871f396c
+# %% ../nbs/17_pipeline.ipynb #ac0e6b57
 def split_tasks(split:str, apps:Sequence, per_app:int|None=None, seed:int=0)->list:
     "scidesk tasks of one split for `apps`, at most `per_app` per app (a seeded choice)"
     from coda.envs.scidesk import scidesk_tasks
@@ -114,7 +115,7 @@ def template_tasks(apps:Sequence, per_app:int, seed:int=0, tries:int=40)->list:
         out += kept
     return out
 
-# %% ../nbs/17_pipeline.ipynb #222256bc
+# %% ../nbs/17_pipeline.ipynb #f3ddadd9
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` and the grounder into `run` (resumable); returns `evaluate`'s dict"
     from coda.models import LocalChat
@@ -123,7 +124,7 @@ def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, pro
     from coda.envs.scidesk import SciDesk
     import torch
     torch.manual_seed(cfg.seed)
-    planner = LocalChat(model_dir, defaults=dict(temperature=cfg.temperature))
+    planner = LocalChat(model_dir, defaults=dict(temperature=cfg.temperature), seed=cfg.seed)
     return evaluate(list(tasks), SciDesk, planner, A11yGrounder(), run, n=n, workers=cfg.workers, config=cfg.agent(),
                     ks=(1,), progress=progress, run_info={'planner': str(model_dir), 'executor': 'a11y-grounder', 'stage': name})
 
@@ -132,11 +133,11 @@ def judge(cfg:MiniConfig, run:Path, judge_dir:Path, name:str='tinyjudge', progre
     from coda.models import LocalChat
     from coda.judge import Judge, judge_run, preset, read_judgments
     from coda.agent import run_sync
-    j = Judge(LocalChat(judge_dir, max_concurrency=1), preset(cfg.judge, max_tokens=64), name=name)
+    j = Judge(LocalChat(judge_dir, seed=cfg.seed), preset(cfg.judge, max_tokens=96), name=name)
     run_sync(judge_run(run, j, workers=1, progress=progress))
     return read_judgments(run, name)
 
-# %% ../nbs/17_pipeline.ipynb #fe76db90
+# %% ../nbs/17_pipeline.ipynb #198b23f7
 def _texts(messages:list)->str:
     return ''.join(p.get('text', '') for m in messages for p in (m['content'] if isinstance(m['content'], list) else [{'text': m['content']}]))
 
@@ -152,7 +153,7 @@ def planner_texts(seed_run:Path, tasks:Sequence)->list:
     try:
         for t in tasks: out.append(t.instruction + '\n' + (env.reset(t).a11y_text or ''))
     finally: env.close()
-    return out
+    return out + ['system\nuser\nassistant\n'] * 20   # the chat template's role lines, one token each
 
 def build_planner(cfg:MiniConfig, texts:list, out:Path)->Path:
     "A random tiny Qwen2.5-VL planner with a domain tokenizer learnt from `texts`"
@@ -168,7 +169,7 @@ def train_planner(cfg:MiniConfig, runs:Sequence, judgments:str, base:Path, out:P
               save_steps=max(50, steps // 3), seed=cfg.seed, lr_scheduler_type='cosine', warmup_steps=min(10, steps // 10))
     return dict(rows=len(ds), per_app=counts['rows'].to_dict() if 'rows' in counts else {})
 
-# %% ../nbs/17_pipeline.ipynb #23516ea1
+# %% ../nbs/17_pipeline.ipynb #5b1c3039
 def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base:Path, out:Path)->dict:
     "Decoupled GRPO of `base` on one app's judge-positive steps; the merged specialist goes to `out/model`"
     from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward
@@ -188,7 +189,7 @@ def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base
     return dict(app=app, examples=len(ds), steps=tr.state.global_step, reward_first=rw[0] if rw else None,
                 reward_last=rw[-1] if rw else None, executor_calls=reward.calls, executor_failures=reward.failures)
 
-# %% ../nbs/17_pipeline.ipynb #cd0e4172
+# %% ../nbs/17_pipeline.ipynb #2bae7ea4
 ROWS = ('baseline', 'stage1', 'stage2')   # Table 1's rows, in order
 
 def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=print)->dict:
@@ -216,9 +217,9 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         judge_dir = Path(cfg.judge_dir) if cfg.judge_dir else M/'judge'
         if not s['skipped'] and not cfg.judge_dir:
             from coda.tinyjudge import record_mixed, train_judge
-            record_mixed(train, root/'judge_data', p_fail=0.5, seed=cfg.seed, workers=cfg.workers)
-            checker_judgments(root/'judge_data')
-            judge_dir = train_judge([root/'judge_data'], M/'judge', steps=cfg.judge_steps, seed=cfg.seed)
+            runs = [root/'judge_data'/str(i) for i in range(cfg.judge_runs)]   # the train tasks, each run with other mistakes
+            for i, r in enumerate(runs): record_mixed(train, r, p_fail=0.5, seed=1000 * cfg.seed + i, workers=cfg.workers)
+            judge_dir = train_judge(runs, M/'judge', steps=cfg.judge_steps, seed=cfg.seed)
         s['judge'] = str(judge_dir)
     judge_dir = Path(s['judge'])
     with stage(root, 'explore_baseline', log=log) as s:
@@ -253,7 +254,7 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         evals[row] = [root/'eval'/row/app for app in apps] if row == 'stage1' else [root/'eval'/row]
     return dict(root=root, test=test, evals=evals, specialists=specialists, judge=judge_dir, times=stage_times(root))
 
-# %% ../nbs/17_pipeline.ipynb #ed2a9848
+# %% ../nbs/17_pipeline.ipynb #6f39b9a3
 def eval_records(runs:Sequence)->list:
     "Episode records of one Table-1 row's evaluation runs"
     return [r for run in runs for r in RunStore(run).records()]

@@ -249,3 +249,12 @@ def test_serve_final_assistant_turn_is_not_continued(served, tiny, local):
     assert r.prompt_tokens == closed > open_
     e = fails(OpenAIChat(served, 'another-model', backoff=0.01))   # the server is pinned to its folder: a 400, not retried
     assert (e.status, e.attempts) == (400, 1) and 'pinned' in str(e)
+
+def test_local_sampling_differs_between_calls_and_repeats_with_a_seed(local):
+    "Without a seed each sampled call draws a fresh one (votes and the k samples of a task must differ); a backend seed repeats runs"
+    texts = [chat(local, TEXT, max_tokens=8, temperature=2.0).text for _ in range(6)]
+    assert len(set(texts)) > 1, texts
+    from coda.models import LocalChat
+    a, b = (LocalChat(model=local.model, processor=local.processor, seed=7) for _ in range(2))
+    assert [chat(a, TEXT, max_tokens=8, temperature=2.0).text for _ in range(3)] == [chat(b, TEXT, max_tokens=8, temperature=2.0).text for _ in range(3)]
+    assert chat(a, TEXT, max_tokens=8, temperature=2.0, seed=5).text == chat(b, TEXT, max_tokens=8, temperature=2.0, seed=5).text
