@@ -6,7 +6,7 @@
 __all__ = ['ROWS', 'MiniConfig', 'stage', 'stage_times', 'split_tasks', 'template_tasks', 'rollout', 'judge', 'planner_texts',
            'build_planner', 'train_planner', 'train_specialist', 'run_miniature', 'eval_records']
 
-# %% ../nbs/17_pipeline.ipynb #469f8d53
+# %% ../nbs/17_pipeline.ipynb #4575f3cc
 import json, random, shutil, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
@@ -15,7 +15,7 @@ from typing import Sequence
 from .agent import AgentConfig
 from .store import RunStore
 
-# %% ../nbs/17_pipeline.ipynb #dae39cde
+# %% ../nbs/17_pipeline.ipynb #6059ee18
 @dataclass
 class MiniConfig:
     "Sizes and settings of one miniature run (the defaults are the CPU miniature; tests shrink them)"
@@ -57,7 +57,7 @@ class MiniConfig:
         return AgentConfig(obs='both', planner_sampling=dict(temperature=self.temperature, top_p=0.95, max_tokens=self.max_tokens),
                            executor_sampling=dict(temperature=0.0, max_tokens=64), stuck_after=3)
 
-# %% ../nbs/17_pipeline.ipynb #2f0e5457
+# %% ../nbs/17_pipeline.ipynb #7c90626b
 @contextmanager
 def stage(root:Path, name:str, fresh:bool=False, log=print):
     "Run the with-block unless `root/stages/name.json` says it finished; yields a dict the block fills with what it made"
@@ -78,7 +78,7 @@ def stage_times(root:Path)->dict:
     "Seconds each finished stage took, by name"
     return {p.stem: json.loads(p.read_text()).get('seconds') for p in sorted((Path(root)/'stages').glob('*.json'))}
 
-# %% ../nbs/17_pipeline.ipynb #ac0e6b57
+# %% ../nbs/17_pipeline.ipynb #24ea9873
 def split_tasks(split:str, apps:Sequence, per_app:int|None=None, seed:int=0)->list:
     "scidesk tasks of one split for `apps`, at most `per_app` per app (a seeded choice)"
     from coda.envs.scidesk import scidesk_tasks
@@ -115,7 +115,7 @@ def template_tasks(apps:Sequence, per_app:int, seed:int=0, tries:int=40)->list:
         out += kept
     return out
 
-# %% ../nbs/17_pipeline.ipynb #f3ddadd9
+# %% ../nbs/17_pipeline.ipynb #542ce6d2
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` and the grounder into `run` (resumable); returns `evaluate`'s dict"
     from coda.models import LocalChat
@@ -137,7 +137,7 @@ def judge(cfg:MiniConfig, run:Path, judge_dir:Path, name:str='tinyjudge', progre
     run_sync(judge_run(run, j, workers=1, progress=progress))
     return read_judgments(run, name)
 
-# %% ../nbs/17_pipeline.ipynb #198b23f7
+# %% ../nbs/17_pipeline.ipynb #f76fda76
 def _texts(messages:list)->str:
     return ''.join(p.get('text', '') for m in messages for p in (m['content'] if isinstance(m['content'], list) else [{'text': m['content']}]))
 
@@ -169,7 +169,7 @@ def train_planner(cfg:MiniConfig, runs:Sequence, judgments:str, base:Path, out:P
               save_steps=max(50, steps // 3), seed=cfg.seed, lr_scheduler_type='cosine', warmup_steps=min(10, steps // 10))
     return dict(rows=len(ds), per_app=counts['rows'].to_dict() if 'rows' in counts else {})
 
-# %% ../nbs/17_pipeline.ipynb #5b1c3039
+# %% ../nbs/17_pipeline.ipynb #6b6193cb
 def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base:Path, out:Path)->dict:
     "Decoupled GRPO of `base` on one app's judge-positive steps; the merged specialist goes to `out/model`"
     from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward
@@ -189,7 +189,7 @@ def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base
     return dict(app=app, examples=len(ds), steps=tr.state.global_step, reward_first=rw[0] if rw else None,
                 reward_last=rw[-1] if rw else None, executor_calls=reward.calls, executor_failures=reward.failures)
 
-# %% ../nbs/17_pipeline.ipynb #2bae7ea4
+# %% ../nbs/17_pipeline.ipynb #a4144818
 ROWS = ('baseline', 'stage1', 'stage2')   # Table 1's rows, in order
 
 def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=print)->dict:
@@ -241,7 +241,10 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
     with stage(root, 'stage2', log=log) as s:
         if not s['skipped']:
             runs = [root/'explore'/f'specialist-{app}' for app in apps]
-            s.update(train_planner(cfg, runs, 'tinyjudge', M/'baseline', M/'generalist', cfg.sft_steps, cfg.sft_lr))
+            try: s.update(train_planner(cfg, runs, 'tinyjudge', M/'baseline', M/'generalist', cfg.sft_steps, cfg.sft_lr))
+            except ValueError as e:   # the judge accepted nothing: no data, so the generalist is the baseline
+                shutil.copytree(M/'baseline', M/'generalist', dirs_exist_ok=True)
+                s.update(rows=0, note=f'no judged clean successes: the generalist is the baseline ({e})')
     evals = {}
     for row in ROWS:
         with stage(root, f'eval_{row}', log=log) as s:
@@ -254,7 +257,7 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         evals[row] = [root/'eval'/row/app for app in apps] if row == 'stage1' else [root/'eval'/row]
     return dict(root=root, test=test, evals=evals, specialists=specialists, judge=judge_dir, times=stage_times(root))
 
-# %% ../nbs/17_pipeline.ipynb #6f39b9a3
+# %% ../nbs/17_pipeline.ipynb #844829df
 def eval_records(runs:Sequence)->list:
     "Episode records of one Table-1 row's evaluation runs"
     return [r for run in runs for r in RunStore(run).records()]
