@@ -47,3 +47,11 @@ def test_table1_paper_scale_path_evaluates_served_models(tmp_path, served, tiny)
     assert list(t['row'].unique()) == ['baseline', 'stage2']
     assert (t[t['app'].isin(['Algebra', 'Astronomy', 'Biochem', 'GIS'])]['episodes'] == 1).all()
     assert not (tmp_path/'run'/'models').exists()                         # nothing trained at paper scale
+
+def test_paper_params_are_declared_by_the_table_notebooks():
+    "Every paper-scale key reaches a notebook (coda reproduce passes only declared parameters, so a typo would be dropped silently)"
+    import yaml
+    declared = {nb: set(pm.inspect_notebook(str(NBS/nb))) for nb in ('20_table1.ipynb', '21_table2.ipynb')}
+    for f, nbs in (('paper.yaml', list(declared)), ('table1_paper.yaml', ['20_table1.ipynb']), ('table2_paper.yaml', ['21_table2.ipynb'])):
+        keys = set(yaml.safe_load((NBS.parent/'params'/f).read_text()))
+        assert keys <= set().union(*(declared[n] for n in nbs)), (f, keys - set().union(*(declared[n] for n in nbs)))
