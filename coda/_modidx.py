@@ -963,6 +963,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'coda.pipeline.eval_records': ('pipeline.html#eval_records', 'coda/pipeline.py'),
                                'coda.pipeline.judge': ('pipeline.html#judge', 'coda/pipeline.py'),
                                'coda.pipeline.planner_texts': ('pipeline.html#planner_texts', 'coda/pipeline.py'),
+                               'coda.pipeline.reproduces': ('pipeline.html#reproduces', 'coda/pipeline.py'),
                                'coda.pipeline.rollout': ('pipeline.html#rollout', 'coda/pipeline.py'),
                                'coda.pipeline.run_miniature': ('pipeline.html#run_miniature', 'coda/pipeline.py'),
                                'coda.pipeline.split_tasks': ('pipeline.html#split_tasks', 'coda/pipeline.py'),

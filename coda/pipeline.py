@@ -4,18 +4,18 @@
 
 # %% auto #0
 __all__ = ['ROWS', 'MiniConfig', 'stage', 'stage_times', 'split_tasks', 'template_tasks', 'rollout', 'judge', 'planner_texts',
-           'build_planner', 'train_planner', 'train_specialist', 'run_miniature', 'eval_records']
+           'build_planner', 'train_planner', 'reproduces', 'train_specialist', 'run_miniature', 'eval_records']
 
-# %% ../nbs/17_pipeline.ipynb #4575f3cc
+# %% ../nbs/17_pipeline.ipynb #3ef1e755
 import json, random, shutil, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Sequence
 from .agent import AgentConfig
-from .store import RunStore
+from .store import RunStore, read_jsonl
 
-# %% ../nbs/17_pipeline.ipynb #6059ee18
+# %% ../nbs/17_pipeline.ipynb #83e757cc
 @dataclass
 class MiniConfig:
     "Sizes and settings of one miniature run (the defaults are the CPU miniature; tests shrink them)"
@@ -25,7 +25,7 @@ class MiniConfig:
     hidden: int = 128               # tiny planner: text hidden size
     layers: int = 4                 # tiny planner: decoder layers
     vocab: int = 4096               # tiny planner: domain tokenizer size
-    boot_steps: int = 150           # bootstrap SFT steps on the seed demonstrations
+    boot_steps: int = 450           # bootstrap SFT steps on the seed demonstrations (150 left it answering every prompt alike)
     boot_lr: float = 2e-3           # bootstrap learning rate (full fine-tuning of a random model)
     batch: int = 4                  # rows per training step
     train_tasks: int|None = None    # train-split tasks per app used for exploration (None: all)
@@ -57,7 +57,7 @@ class MiniConfig:
         return AgentConfig(obs='both', planner_sampling=dict(temperature=self.temperature, top_p=0.95, max_tokens=self.max_tokens),
                            executor_sampling=dict(temperature=0.0, max_tokens=64), stuck_after=3)
 
-# %% ../nbs/17_pipeline.ipynb #7c90626b
+# %% ../nbs/17_pipeline.ipynb #0eb0be33
 @contextmanager
 def stage(root:Path, name:str, fresh:bool=False, log=print):
     "Run the with-block unless `root/stages/name.json` says it finished; yields a dict the block fills with what it made"
@@ -78,7 +78,7 @@ def stage_times(root:Path)->dict:
     "Seconds each finished stage took, by name"
     return {p.stem: json.loads(p.read_text()).get('seconds') for p in sorted((Path(root)/'stages').glob('*.json'))}
 
-# %% ../nbs/17_pipeline.ipynb #24ea9873
+# %% ../nbs/17_pipeline.ipynb #2b87ef50
 def split_tasks(split:str, apps:Sequence, per_app:int|None=None, seed:int=0)->list:
     "scidesk tasks of one split for `apps`, at most `per_app` per app (a seeded choice)"
     from coda.envs.scidesk import scidesk_tasks
@@ -115,7 +115,7 @@ def template_tasks(apps:Sequence, per_app:int, seed:int=0, tries:int=40)->list:
         out += kept
     return out
 
-# %% ../nbs/17_pipeline.ipynb #542ce6d2
+# %% ../nbs/17_pipeline.ipynb #4e285bd9
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` and the grounder into `run` (resumable); returns `evaluate`'s dict"
     from coda.models import LocalChat
@@ -137,7 +137,7 @@ def judge(cfg:MiniConfig, run:Path, judge_dir:Path, name:str='tinyjudge', progre
     run_sync(judge_run(run, j, workers=1, progress=progress))
     return read_judgments(run, name)
 
-# %% ../nbs/17_pipeline.ipynb #f76fda76
+# %% ../nbs/17_pipeline.ipynb #862d301f
 def _texts(messages:list)->str:
     return ''.join(p.get('text', '') for m in messages for p in (m['content'] if isinstance(m['content'], list) else [{'text': m['content']}]))
 
@@ -169,7 +169,23 @@ def train_planner(cfg:MiniConfig, runs:Sequence, judgments:str, base:Path, out:P
               save_steps=max(50, steps // 3), seed=cfg.seed, lr_scheduler_type='cosine', warmup_steps=min(10, steps // 10))
     return dict(rows=len(ds), per_app=counts['rows'].to_dict() if 'rows' in counts else {})
 
-# %% ../nbs/17_pipeline.ipynb #6b6193cb
+def reproduces(model_dir:Path, run:Path, judgments:str='checker', limit:int|None=None)->float:
+    "Share of a run's judged-successful planner turns whose greedy reply the model reproduces exactly (a bootstrap's first check)"
+    from coda.models import LocalChat
+    from coda.grpo import replay
+    from coda.judge import read_judgments
+    from coda.agent import run_sync
+    chat, store, hits, n = LocalChat(model_dir), RunStore(run), 0, 0
+    for j in read_judgments(run, judgments):
+        if not j.get('accepted'): continue
+        d = store.episode_dir(*j['key'])
+        for i, st in enumerate(read_jsonl(d/'steps.jsonl')):
+            if limit is not None and n >= limit: return hits / n
+            r = run_sync(chat.chat(replay(d, i).planner_messages(), temperature=0.0, max_tokens=64))
+            hits += r.text.strip() == (st.get('planner') or '').strip(); n += 1
+    return hits / n if n else float('nan')
+
+# %% ../nbs/17_pipeline.ipynb #6816e269
 def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base:Path, out:Path)->dict:
     "Decoupled GRPO of `base` on one app's judge-positive steps; the merged specialist goes to `out/model`"
     from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward
@@ -189,7 +205,7 @@ def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base
     return dict(app=app, examples=len(ds), steps=tr.state.global_step, reward_first=rw[0] if rw else None,
                 reward_last=rw[-1] if rw else None, executor_calls=reward.calls, executor_failures=reward.failures)
 
-# %% ../nbs/17_pipeline.ipynb #a4144818
+# %% ../nbs/17_pipeline.ipynb #11e8128a
 ROWS = ('baseline', 'stage1', 'stage2')   # Table 1's rows, in order
 
 def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=print)->dict:
@@ -208,7 +224,9 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
     with stage(root, 'planner', log=log) as s:
         if not s['skipped']: build_planner(cfg, planner_texts(root/'seed', train), M/'random')
     with stage(root, 'bootstrap', log=log) as s:
-        if not s['skipped']: s.update(train_planner(cfg, [root/'seed'], 'checker', M/'random', M/'baseline', cfg.boot_steps, cfg.boot_lr))
+        if not s['skipped']:
+            s.update(train_planner(cfg, [root/'seed'], 'checker', M/'random', M/'baseline', cfg.boot_steps, cfg.boot_lr))
+            s['reproduces_seed_turns'] = reproduces(M/'baseline', root/'seed')   # below ~1: the planner ignores its prompt
     with stage(root, 'generate', log=log) as s:
         gen = template_tasks(apps, cfg.generated, cfg.seed)
         if not s['skipped']: s['tasks'] = [t.instruction for t in gen]
@@ -257,7 +275,7 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         evals[row] = [root/'eval'/row/app for app in apps] if row == 'stage1' else [root/'eval'/row]
     return dict(root=root, test=test, evals=evals, specialists=specialists, judge=judge_dir, times=stage_times(root))
 
-# %% ../nbs/17_pipeline.ipynb #844829df
+# %% ../nbs/17_pipeline.ipynb #875a339c
 def eval_records(runs:Sequence)->list:
     "Episode records of one Table-1 row's evaluation runs"
     return [r for run in runs for r in RunStore(run).records()]

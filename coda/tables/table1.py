@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['PAPER_TABLE1', 'make_table1', 'plot_rows', 'plot_grpo', 'checker_rate', 'plot_pipeline', 'plot_frames']
 
-# %% ../../nbs/20_table1.ipynb #93084171
+# %% ../../nbs/20_table1.ipynb #689dc6d6
 import json, time
 from pathlib import Path
 import pandas as pd
 from ..paths import ROOT
 from ..metrics import success_table, table_markdown
 
-# %% ../../nbs/20_table1.ipynb #0dceaaed
+# %% ../../nbs/20_table1.ipynb #aafd1843
 PAPER_TABLE1 = {}   # (row, app) -> (Average@1, Average@8, Pass@8) as printed in the paper; none could be read here
 
 def make_table1(records:dict,        # row name -> episode records of that row's evaluation
@@ -31,7 +31,7 @@ def make_table1(records:dict,        # row name -> episode records of that row's
         df[name] = [PAPER_TABLE1.get((r, a), (None,) * 3)[j] for r, a in zip(df['row'], df[app_col])]
     return df
 
-# %% ../../nbs/20_table1.ipynb #da74f2ff
+# %% ../../nbs/20_table1.ipynb #0d63be2f
 def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
     "Bars per app and row (Average@k) with their intervals, and Pass@k as dots"
     import matplotlib; matplotlib.use('Agg')
@@ -54,7 +54,7 @@ def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
 
-# %% ../../nbs/20_table1.ipynb #6e1b0474
+# %% ../../nbs/20_table1.ipynb #3388efdb
 def plot_grpo(root:Path, path:Path):
     "Each specialist's GRPO reward per step (TRL's log), on one plot"
     import matplotlib; matplotlib.use('Agg')
