@@ -958,7 +958,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
             'coda.pipeline': { 'coda.pipeline.MiniConfig': ('pipeline.html#miniconfig', 'coda/pipeline.py'),
                                'coda.pipeline.MiniConfig.agent': ('pipeline.html#miniconfig.agent', 'coda/pipeline.py'),
                                'coda.pipeline.MiniConfig.root': ('pipeline.html#miniconfig.root', 'coda/pipeline.py'),
-                               'coda.pipeline._texts': ('pipeline.html#_texts', 'coda/pipeline.py'),
                                'coda.pipeline.build_planner': ('pipeline.html#build_planner', 'coda/pipeline.py'),
                                'coda.pipeline.eval_records': ('pipeline.html#eval_records', 'coda/pipeline.py'),
                                'coda.pipeline.judge': ('pipeline.html#judge', 'coda/pipeline.py'),

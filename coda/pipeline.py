@@ -6,7 +6,7 @@
 __all__ = ['ROWS', 'MiniConfig', 'stage', 'stage_times', 'split_tasks', 'template_tasks', 'rollout', 'judge', 'planner_texts',
            'build_planner', 'train_planner', 'reproduces', 'train_specialist', 'run_miniature', 'eval_records']
 
-# %% ../nbs/17_pipeline.ipynb #3ef1e755
+# %% ../nbs/17_pipeline.ipynb #442299ec
 import json, random, shutil, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
@@ -15,7 +15,7 @@ from typing import Sequence
 from .agent import AgentConfig
 from .store import RunStore, read_jsonl
 
-# %% ../nbs/17_pipeline.ipynb #83e757cc
+# %% ../nbs/17_pipeline.ipynb #1721833b
 @dataclass
 class MiniConfig:
     "Sizes and settings of one miniature run (the defaults are the CPU miniature; tests shrink them)"
@@ -57,13 +57,13 @@ class MiniConfig:
         return AgentConfig(obs='both', planner_sampling=dict(temperature=self.temperature, top_p=0.95, max_tokens=self.max_tokens),
                            executor_sampling=dict(temperature=0.0, max_tokens=64), stuck_after=3)
 
-# %% ../nbs/17_pipeline.ipynb #0eb0be33
+# %% ../nbs/17_pipeline.ipynb #37417573
 @contextmanager
-def stage(root:Path, name:str, fresh:bool=False, log=print):
+def stage(root:Path, name:str, log=print):
     "Run the with-block unless `root/stages/name.json` says it finished; yields a dict the block fills with what it made"
     marker = Path(root)/'stages'/f'{name}.json'
     info = {'name': name, 'skipped': False}
-    if marker.exists() and not fresh:
+    if marker.exists():
         info.update(json.loads(marker.read_text()), skipped=True)
         log(f"[{name}] done before ({info.get('seconds', 0):.0f} s): reused")
         yield info; return
@@ -78,7 +78,7 @@ def stage_times(root:Path)->dict:
     "Seconds each finished stage took, by name"
     return {p.stem: json.loads(p.read_text()).get('seconds') for p in sorted((Path(root)/'stages').glob('*.json'))}
 
-# %% ../nbs/17_pipeline.ipynb #2b87ef50
+# %% ../nbs/17_pipeline.ipynb #366c89e3
 def split_tasks(split:str, apps:Sequence, per_app:int|None=None, seed:int=0)->list:
     "scidesk tasks of one split for `apps`, at most `per_app` per app (a seeded choice)"
     from coda.envs.scidesk import scidesk_tasks
@@ -115,7 +115,7 @@ def template_tasks(apps:Sequence, per_app:int, seed:int=0, tries:int=40)->list:
         out += kept
     return out
 
-# %% ../nbs/17_pipeline.ipynb #4e285bd9
+# %% ../nbs/17_pipeline.ipynb #febc3524
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` and the grounder into `run` (resumable); returns `evaluate`'s dict"
     from coda.models import LocalChat
@@ -137,18 +137,16 @@ def judge(cfg:MiniConfig, run:Path, judge_dir:Path, name:str='tinyjudge', progre
     run_sync(judge_run(run, j, workers=1, progress=progress))
     return read_judgments(run, name)
 
-# %% ../nbs/17_pipeline.ipynb #862d301f
-def _texts(messages:list)->str:
-    return ''.join(p.get('text', '') for m in messages for p in (m['content'] if isinstance(m['content'], list) else [{'text': m['content']}]))
-
+# %% ../nbs/17_pipeline.ipynb #23b1c9e1
 def planner_texts(seed_run:Path, tasks:Sequence)->list:
     "The texts a planner reads before training: every seed demonstration prompt with its reply, and each task's opening screen"
     from coda.grpo import replay
+    from coda.prompts import _text
     from coda.envs.scidesk import SciDesk
     store, out = RunStore(seed_run), []
     for e in store.episodes(finished_only=True):
         m = e['meta']; d = store.episode_dir(m['app'], m['task'], m['sample'])
-        out += [_texts(replay(d, i).planner_messages()) + (s.get('planner') or '') for i, s in enumerate(e['steps'])]
+        out += [''.join(map(_text, replay(d, i).planner_messages())) + (s.get('planner') or '') for i, s in enumerate(e['steps'])]
     env = SciDesk()
     try:
         for t in tasks: out.append(t.instruction + '\n' + (env.reset(t).a11y_text or ''))
@@ -185,7 +183,7 @@ def reproduces(model_dir:Path, run:Path, judgments:str='checker', limit:int|None
             hits += r.text.strip() == (st.get('planner') or '').strip(); n += 1
     return hits / n if n else float('nan')
 
-# %% ../nbs/17_pipeline.ipynb #6816e269
+# %% ../nbs/17_pipeline.ipynb #673e851d
 def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base:Path, out:Path)->dict:
     "Decoupled GRPO of `base` on one app's judge-positive steps; the merged specialist goes to `out/model`"
     from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward
@@ -205,7 +203,7 @@ def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base
     return dict(app=app, examples=len(ds), steps=tr.state.global_step, reward_first=rw[0] if rw else None,
                 reward_last=rw[-1] if rw else None, executor_calls=reward.calls, executor_failures=reward.failures)
 
-# %% ../nbs/17_pipeline.ipynb #11e8128a
+# %% ../nbs/17_pipeline.ipynb #457858ee
 ROWS = ('baseline', 'stage1', 'stage2')   # Table 1's rows, in order
 
 def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=print)->dict:
@@ -275,7 +273,7 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         evals[row] = [root/'eval'/row/app for app in apps] if row == 'stage1' else [root/'eval'/row]
     return dict(root=root, test=test, evals=evals, specialists=specialists, judge=judge_dir, times=stage_times(root))
 
-# %% ../nbs/17_pipeline.ipynb #875a339c
+# %% ../nbs/17_pipeline.ipynb #6a86695b
 def eval_records(runs:Sequence)->list:
     "Episode records of one Table-1 row's evaluation runs"
     return [r for run in runs for r in RunStore(run).records()]
