@@ -5,13 +5,13 @@
 # %% auto #0
 __all__ = ['Settings', 'read_ini', 'get_settings', 'settings_doc', 'show_settings']
 
-# %% ../nbs/01_config.ipynb #43cb20b9
+# %% ../nbs/01_config.ipynb #6f9fba32
 import os, configparser, dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
-from .paths import SETTINGS, ROOT
+from .paths import SETTINGS, ROOT, from_root
 
-# %% ../nbs/01_config.ipynb #4c59b856
+# %% ../nbs/01_config.ipynb #1973a753
 @dataclass(frozen=True)
 class Settings:
     "Run settings; see `settings.ini` for values and `get_settings` for precedence"
@@ -34,11 +34,9 @@ class Settings:
     @property
     def screen(self)->tuple: return (self.screen_width, self.screen_height)
     @property
-    def runs(self)->Path:
-        p = Path(self.run_dir).expanduser()
-        return p if p.is_absolute() else ROOT/p
+    def runs(self)->Path: return from_root(self.run_dir)
 
-# %% ../nbs/01_config.ipynb #c0effb94
+# %% ../nbs/01_config.ipynb #ba5f5bbf
 _TYPES = {f.name: f.type for f in fields(Settings)}
 _CASTS = {int: int, float: float, str: str, 'int': int, 'float': float, 'str': str}
 
@@ -47,7 +45,7 @@ def _coerce(key, val, source):
     try: return _CASTS[_TYPES[key]](val)
     except (TypeError, ValueError) as e: raise ValueError(f"setting {key!r} from {source}: {val!r} is not a {_TYPES[key]}") from e
 
-# %% ../nbs/01_config.ipynb #b2c37d89
+# %% ../nbs/01_config.ipynb #f93f74f9
 def read_ini(path:Path|str=SETTINGS, # an ini file with a [coda] section
             )->dict: # the settings it holds, typed
     "The `[coda]` section of an ini file as typed values"
@@ -56,7 +54,7 @@ def read_ini(path:Path|str=SETTINGS, # an ini file with a [coda] section
     if 'coda' not in cp: raise KeyError(f"{path} has no [coda] section")
     return {k: _coerce(k, v, str(path)) for k, v in cp['coda'].items()}
 
-# %% ../nbs/01_config.ipynb #d9efc06b
+# %% ../nbs/01_config.ipynb #788560d1
 def get_settings(path:Path|str|None=None, # settings file; None: `$CODA_SETTINGS`, else the repo's settings.ini if present
                  env:dict|None=None,       # environment to read `CODA_<KEY>` overrides from; None: os.environ
                  **overrides               # final say, e.g. planner_url='http://gpu1:8000/v1'
@@ -71,7 +69,7 @@ def get_settings(path:Path|str|None=None, # settings file; None: `$CODA_SETTINGS
         if v is not None: vals[k] = _coerce(k, v, 'arguments')
     return Settings(**vals)
 
-# %% ../nbs/01_config.ipynb #90201ed3
+# %% ../nbs/01_config.ipynb #23724395
 def settings_doc()->dict:
     "Each setting's one-line documentation, read from the `Settings` definition"
     from fastcore.docments import docments

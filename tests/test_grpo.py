@@ -82,6 +82,10 @@ def test_one_grpo_step_calls_the_executor_over_http_and_trains_only_the_planner(
     after = weights(load_planner(tmp_path/'out'/'final')[0])
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed and any('language_model' in k for k in changed)
+    import pandas as pd   # the step's success curve point: the share of completions whose executor action is the labelled one
+    rows = pd.read_csv(tmp_path/'out'/'log.csv').dropna(subset=['reward'])
+    assert len(rw.history) == len(rows) == 1 and len(rw.history[0]) == 4
+    assert rows['match'].iloc[0] == sum(r >= 2 - 1e-9 for r in rw.history[0]) / 4
 
 def test_grpo_against_a_served_tiny_executor(run, planner, served, tiny, tmp_path):
     "The executor is the tiny model behind `transformers serve`: it is called for every completion and its weights never change"
@@ -112,3 +116,4 @@ def test_train_grpo_command_checkpoints_and_resumes(run, planner, tmp_path):
     import pandas as pd
     log = pd.read_csv(tmp_path/'g'/'log.csv')
     assert 'reward' in log and (tmp_path/'g'/'reward.png').exists()
+    assert log['match'].between(0, 1).sum() >= 1          # the resumed call's step has its success share

@@ -38,6 +38,14 @@ def test_table1_smoke_and_resume(tmp_path):
     assert {p.name: p.read_text() for p in (tmp_path/'run'/'stages').glob('*.json')} == before
     assert second < first, (first, second)
     assert pd.read_csv(tmp_path/'fig'/'table1.csv').equals(t)            # the same episodes give the same table
+    from coda.pipeline import MiniConfig, run_miniature                   # other settings are refused, not mixed in
+    other = {**{k: v for k, v in SMOKE1.items() if k not in ('samples', 'test_tasks', 'train_tasks')}, 'hidden': 64}
+    with pytest.raises(ValueError, match='fresh=True'):
+        run_miniature(MiniConfig(run=str(tmp_path/'run'), test_samples=2, test_tasks=1, train_tasks=1, **other), log=lambda *a: None)
+    logs = list((tmp_path/'run'/'models').glob('specialist-*/log.csv'))
+    print('specialists trained with GRPO:', [p.parent.name for p in logs])
+    for p in logs:                                                        # the GRPO step-success curve's points
+        log = pd.read_csv(p); assert 'match' in log and log['match'].dropna().between(0, 1).all() and log['match'].notna().any()
 
 def test_table1_paper_scale_path_evaluates_served_models(tmp_path, served, tiny):
     "The paper-scale branch (planners and executor behind OpenAI-compatible servers) on a tiny served model: same table"

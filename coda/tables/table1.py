@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['PAPER_TABLE1', 'make_table1', 'plot_rows', 'plot_grpo', 'checker_rate', 'plot_pipeline', 'plot_frames']
 
-# %% ../../nbs/20_table1.ipynb #689dc6d6
+# %% ../../nbs/20_table1.ipynb #bab6648a
 import json, time
 from pathlib import Path
 import pandas as pd
-from ..paths import ROOT
+from ..paths import from_root
 from ..metrics import success_table, table_markdown
 
-# %% ../../nbs/20_table1.ipynb #aafd1843
+# %% ../../nbs/20_table1.ipynb #a1518c70
 PAPER_TABLE1 = {}   # (row, app) -> (Average@1, Average@8, Pass@8) as printed in the paper; none could be read here
 
 def make_table1(records:dict,        # row name -> episode records of that row's evaluation
@@ -31,7 +31,7 @@ def make_table1(records:dict,        # row name -> episode records of that row's
         df[name] = [PAPER_TABLE1.get((r, a), (None,) * 3)[j] for r, a in zip(df['row'], df[app_col])]
     return df
 
-# %% ../../nbs/20_table1.ipynb #0d63be2f
+# %% ../../nbs/20_table1.ipynb #d70b5e53
 def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
     "Bars per app and row (Average@k) with their intervals, and Pass@k as dots"
     import matplotlib; matplotlib.use('Agg')
@@ -54,22 +54,25 @@ def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
 
-# %% ../../nbs/20_table1.ipynb #3388efdb
+# %% ../../nbs/20_table1.ipynb #04bfa07b
 def plot_grpo(root:Path, path:Path):
-    "Each specialist's GRPO reward per step (TRL's log), on one plot"
+    "Each specialist's GRPO curves (TRL's log): the mean reward per step, and the share of sampled thoughts whose executor action was exactly the labelled one"
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.2)); n = 0
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.2)); n = 0
     for log in sorted(Path(root).glob('models/specialist-*/log.csv')):
         d = pd.read_csv(log)
         if 'reward' not in d or d['reward'].notna().sum() == 0: continue
-        d = d[d['reward'].notna()]; n += 1
-        ax.plot(d['step'], d['reward'], marker='o', ms=3, label=log.parent.name.removeprefix('specialist-'))
+        d = d[d['reward'].notna()]; n += 1; app = log.parent.name.removeprefix('specialist-')
+        ax.plot(d['step'], d['reward'], marker='o', ms=3, label=app)
+        if 'match' in d: bx.plot(d['step'], 100 * d['match'], marker='o', ms=3, label=app)
     ax.set_xlabel('GRPO step'); ax.set_ylabel('decoupled reward (0-2)'); ax.set_ylim(0, 2.05)
-    ax.set_title('Stage 1: reward during GRPO' + ('' if n else ' (no specialist trained)')); ax.legend(fontsize=8) if n else None
+    bx.set_xlabel('GRPO step'); bx.set_ylabel('executor did the labelled action (%)'); bx.set_ylim(0, 102)
+    ax.set_title('Stage 1: reward during GRPO' + ('' if n else ' (no specialist trained)'), fontsize=9)
+    bx.set_title('Stage 1: step success during GRPO', fontsize=9)
+    if n: ax.legend(fontsize=8); bx.legend(fontsize=8)
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
-
 def checker_rate(run:Path)->float:
     "Share of a run's episodes the checkers scored a success"
     from coda.store import RunStore
