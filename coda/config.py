@@ -9,7 +9,7 @@ __all__ = ['Settings', 'read_ini', 'get_settings', 'settings_doc', 'show_setting
 import os, configparser, dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
-from .paths import SETTINGS, ROOT, from_root
+from .paths import SETTINGS, from_root
 
 # %% ../nbs/01_config.ipynb #1973a753
 @dataclass(frozen=True)
