@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['log', 'GRPO_PRESETS', 'MATCH', 'replay', 'to_trl_prompt', 'grpo_examples', 'build_grpo_dataset', 'DecoupledReward',
-           'group_advantages', 'grpo_loss', 'aggregate', 'load_planner', 'lora_config', 'grpo_config', 'train_grpo',
-           'recording_trainer', 'reference_loss']
+           'group_advantages', 'grpo_loss', 'aggregate', 'load_planner', 'lora_config', 'grpo_config', 'step_success',
+           'train_grpo', 'recording_trainer', 'reference_loss']
 
-# %% ../nbs/14_grpo.ipynb #f31c7cfd
+# %% ../nbs/14_grpo.ipynb #f5bdea7a
 import asyncio, io, json, logging, math, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from .store import RunStore, read_jsonl
 from .reward import action_reward
 log = logging.getLogger(__name__)
 
-# %% ../nbs/14_grpo.ipynb #8ad6b3b1
+# %% ../nbs/14_grpo.ipynb #491c5b33
 def replay(ep_dir:Path|str,          # an episode folder (coda.store)
            step:int,                 # the 0-based step whose prompt is wanted
            language:str='English',   # the planner's Thought language (AgentConfig.language)
@@ -57,7 +57,7 @@ def to_trl_prompt(messages:list, # chat messages whose image parts hold PNG byte
         out.append({'role': m['role'], 'content': new})
     return out, images
 
-# %% ../nbs/14_grpo.ipynb #421ed368
+# %% ../nbs/14_grpo.ipynb #20931374
 def grpo_examples(run:Path|str,         # a judged run
                   judge:str,            # the name its judgments are filed under
                   apps:Sequence|None=None,  # keep only these apps
@@ -89,7 +89,7 @@ def build_grpo_dataset(runs:Sequence, # judged run folders (one or more)
     if not rows: raise ValueError(f"no positive steps judged by {judge!r} in {runs}" + (f" for {list(apps)}" if apps else ''))
     return Dataset.from_list(rows)
 
-# %% ../nbs/14_grpo.ipynb #e2975efc
+# %% ../nbs/14_grpo.ipynb #ccc8fe51
 class DecoupledReward:
     "GRPO reward: the frozen executor's action for each sampled thought, scored against the labelled action"
     __name__ = 'decoupled_action_reward'   # TRL logs rewards under the function's name
@@ -143,7 +143,7 @@ class DecoupledReward:
         self.history.append(r)
         return r
 
-# %% ../nbs/14_grpo.ipynb #3590ce22
+# %% ../nbs/14_grpo.ipynb #35dcabe9
 def group_advantages(rewards, # (B,) rewards, B = groups x G, each group's G completions adjacent
                      G:int,   # completions per prompt
                      eps:float=1e-4, # added to the std (TRL 1e-4, OpenRLHF 1e-9)
@@ -175,13 +175,13 @@ def aggregate(per_tok, mask, # (B, T) per-token losses and 0/1 mask
     if loss_type == 'dr_grpo': return (per_tok * m).sum() / (per_tok.size(0) * (max_len or per_tok.size(1)))
     raise ValueError(f"loss_type must be grpo, bnpo or dr_grpo, not {loss_type!r}")
 
-# %% ../nbs/14_grpo.ipynb #daa1236a
+# %% ../nbs/14_grpo.ipynb #db99619d
 GRPO_PRESETS = {
     'coda': dict(loss_type='grpo', beta=0.04, epsilon=0.2, scale_rewards='group', num_generations=8),
     'trl': dict(num_generations=8),
 }
 
-# %% ../nbs/14_grpo.ipynb #d20b2b6f
+# %% ../nbs/14_grpo.ipynb #119dfcb8
 def load_planner(model_dir:Path|str):
     "(model, processor) of a local Qwen2.5-VL planner folder"
     from coda.models import patch_qwen_vl_processors_without_video
@@ -209,13 +209,17 @@ def grpo_config(out:Path|str, preset:str='coda', **kw):
 
 MATCH = 2.0 - 1e-9   # a reward this high: the executor did exactly the labelled action (right kind, place and text)
 
+def step_success(rewards:Sequence)->float:
+    "Share of one step's completions whose executor action was exactly the labelled one (reward `MATCH` or more)"
+    return sum(r >= MATCH for r in rewards) / len(rewards) if len(rewards) else float('nan')
+
 def _curves(log:list, out:Path, batches:list|None=None):
     "Write the log history as CSV (with `match`, the share of each step's completions whose executor action equals the labelled one, when `batches` holds the rewards) and plot the reward per step"
     import pandas as pd
     df = pd.DataFrame(log)
     rows = df.index[df['reward'].notna()][-len(batches):] if batches and 'reward' in df else []   # a resumed run's calls are the last steps
     if len(rows):
-        df.loc[rows, 'match'] = [sum(r >= MATCH for r in b) / len(b) if b else float('nan') for b in batches[-len(rows):]]
+        df.loc[rows, 'match'] = [step_success(b) for b in batches[-len(rows):]]
     df.to_csv(out/'log.csv', index=False)
     if 'reward' in df and df['reward'].notna().any():
         import matplotlib; matplotlib.use('Agg')
@@ -250,7 +254,7 @@ def train_grpo(dataset,                   # a GRPO dataset (`build_grpo_dataset`
     _curves(tr.state.log_history, out, getattr(reward, 'history', None))
     return tr
 
-# %% ../nbs/14_grpo.ipynb #cec9299d
+# %% ../nbs/14_grpo.ipynb #2a16daae
 def recording_trainer():
     "A GRPOTrainer subclass that records each loss computation's inputs, its per-token log-probs and the loss"
     import torch

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['OraclePlanner', 'record_demonstrations', 'checker_judgments']
 
-# %% ../nbs/16_miniature.ipynb #b7d5e8f1
+# %% ../nbs/16_miniature.ipynb #1d6c31c0
 import json, re, time
 from pathlib import Path
 from typing import Sequence
@@ -13,7 +13,7 @@ from .models import Reply
 from .grounder import step_thought
 from .store import RunStore, read_jsonl, _atomic_write
 
-# %% ../nbs/16_miniature.ipynb #fea2e380
+# %% ../nbs/16_miniature.ipynb #8b327165
 _INSTR = re.compile(r'## User Instruction\n(.*)\Z', re.S)
 
 class OraclePlanner:
@@ -21,23 +21,30 @@ class OraclePlanner:
     def __init__(self, tasks:Sequence, model:str='oracle-planner'):
         self.by_instruction = {t.instruction.strip(): t for t in tasks}
         self.model, self.calls = model, 0
-    def reply_for(self, messages:list)->str:
-        "The planner reply for a conversation"
+    def task_for(self, messages:list):
+        "The task whose instruction the conversation's system prompt holds (None: not one of ours)"
         sys = messages[0]['content'] if isinstance(messages[0]['content'], str) else ''.join(p.get('text', '') for p in messages[0]['content'])
         m = _INSTR.search(sys)
-        task = self.by_instruction.get(m.group(1).strip()) if m else None
-        if task is None: return "Thought: I do not know this task.\nAction: FAIL"
-        steps = task.extra.get('oracle') or []
-        i = sum(x['role'] == 'assistant' for x in messages)
-        st = steps[i] if i < len(steps) else ['done']
+        return self.by_instruction.get(m.group(1).strip()) if m else None
+    def steps_for(self, task)->list:
+        "The steps this planner says for a task: its oracle"
+        return task.extra.get('oracle') or []
+    def step_reply(self, task, i:int, st:list, messages:list)->str:
+        "The reply that says step `st` (the `i`-th, 0-based)"
         if st[0] == 'answer': return f"Thought: {step_thought(st)}\nAction: ```ANS {st[1]}```"
         if st[0] == 'fail': return f"Thought: {step_thought(st)}\nAction: FAIL"
         return f"Thought: {step_thought(st)}\nAction: {st[0]}"
+    def reply_for(self, messages:list)->str:
+        "The planner reply for a conversation: the next of the task's steps (`done` after the last)"
+        task = self.task_for(messages)
+        if task is None: return "Thought: I do not know this task.\nAction: FAIL"
+        steps, i = self.steps_for(task), sum(x['role'] == 'assistant' for x in messages)
+        return self.step_reply(task, i, steps[i] if i < len(steps) else ['done'], messages)
     async def chat(self, messages:list, **kw)->Reply:
         t0 = time.perf_counter(); self.calls += 1
         return Reply(self.reply_for(messages), None, None, time.perf_counter() - t0, 1, self.model, 'local:oracle-planner')
 
-# %% ../nbs/16_miniature.ipynb #0089a079
+# %% ../nbs/16_miniature.ipynb #a07c8999
 def record_demonstrations(tasks:Sequence,       # tasks with oracles (e.g. scidesk's seed split)
                           run:Path|str,          # the run folder to write (resumed if it exists)
                           make_env=None,         # () -> Env (default: scidesk)
@@ -55,7 +62,7 @@ def record_demonstrations(tasks:Sequence,       # tasks with oracles (e.g. scide
     store = RunStore(run, {'kind': 'demonstrations', 'planner': 'oracle-planner', 'executor': 'a11y-grounder', 'obs': 'both'})
     return run_sync(run_episodes(list(tasks), make_env, Agent(OraclePlanner(tasks), A11yGrounder(), cfg), store, n=1, workers=workers, progress=progress))
 
-# %% ../nbs/16_miniature.ipynb #a5523307
+# %% ../nbs/16_miniature.ipynb #33b35b3a
 def checker_judgments(run:Path|str, name:str='checker')->int:
     "File the checkers' outcomes of every finished episode as judgments named `name`; returns how many"
     from coda.judge import judgment_path

@@ -7,7 +7,7 @@ __all__ = ['ROWS', 'MiniConfig', 'stage', 'stage_times', 'check_params', 'split_
            'judge_vs_checker', 'judge', 'planner_texts', 'build_planner', 'train_planner', 'reproduces',
            'train_specialist', 'run_miniature', 'eval_records']
 
-# %% ../nbs/17_pipeline.ipynb #fd7ddd9f
+# %% ../nbs/17_pipeline.ipynb #5ad6a52d
 import json, random, shutil, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
@@ -17,7 +17,7 @@ from .agent import AgentConfig
 from .paths import from_root
 from .store import RunStore, read_jsonl, _atomic_write
 
-# %% ../nbs/17_pipeline.ipynb #0ef5ff09
+# %% ../nbs/17_pipeline.ipynb #c2e83f01
 @dataclass
 class MiniConfig:
     "Sizes and settings of one miniature run (the defaults are the CPU miniature; tests shrink them)"
@@ -56,7 +56,7 @@ class MiniConfig:
         return AgentConfig(obs='both', planner_sampling=dict(temperature=self.temperature, top_p=0.95, max_tokens=self.max_tokens),
                            executor_sampling=dict(temperature=0.0, max_tokens=64), stuck_after=3)
 
-# %% ../nbs/17_pipeline.ipynb #924e08b8
+# %% ../nbs/17_pipeline.ipynb #e2787518
 @contextmanager
 def stage(root:Path, name:str, log=print):
     "Run the with-block unless `root/stages/name.json` says it finished; yields a dict the block fills with what it made"
@@ -93,7 +93,7 @@ def check_params(run:Path, params:dict)->dict:
     p.parent.mkdir(parents=True, exist_ok=True); _atomic_write(p, json.dumps(params, indent=1).encode())
     return params
 
-# %% ../nbs/17_pipeline.ipynb #a589d87c
+# %% ../nbs/17_pipeline.ipynb #653d696d
 def split_tasks(split:str, apps:Sequence, per_app:int|None=None, seed:int=0)->list:
     "scidesk tasks of one split for `apps`, at most `per_app` per app (a seeded choice)"
     from coda.envs.scidesk import scidesk_tasks
@@ -132,7 +132,7 @@ def template_tasks(apps:Sequence, per_app:int, seed:int=0, avoid:Sequence=(), tr
         out += kept
     return out
 
-# %% ../nbs/17_pipeline.ipynb #9619c6d9
+# %% ../nbs/17_pipeline.ipynb #34b858b7
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` and the grounder into `run` (resumable); returns `evaluate`'s dict"
     from coda.models import LocalChat
@@ -163,7 +163,7 @@ def judge(cfg:MiniConfig, run:Path, judge_dir:Path, name:str='tinyjudge', progre
     run_sync(judge_run(run, j, workers=1, progress=progress))
     return read_judgments(run, name)
 
-# %% ../nbs/17_pipeline.ipynb #845918f9
+# %% ../nbs/17_pipeline.ipynb #62be6867
 def planner_texts(seed_run:Path, tasks:Sequence)->list:
     "The texts a planner reads before training: every seed demonstration prompt with its reply, and each task's opening screen"
     from coda.grpo import replay
@@ -209,10 +209,10 @@ def reproduces(model_dir:Path, run:Path, judgments:str='checker', limit:int|None
             hits += r.text.strip() == (st.get('planner') or '').strip(); n += 1
     return hits / n if n else float('nan')
 
-# %% ../nbs/17_pipeline.ipynb #9bebd69a
+# %% ../nbs/17_pipeline.ipynb #532c915d
 def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base:Path, out:Path)->dict:
     "Decoupled GRPO of `base` on one app's judge-positive steps; the merged specialist goes to `out/model`"
-    from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward
+    from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward, step_success
     from coda.grounder import A11yGrounder
     from coda.sft import merge_lora
     try: ds = build_grpo_dataset(list(runs), judgments, apps=[app])
@@ -226,12 +226,12 @@ def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base
                     temperature=cfg.temperature, save_steps=max(5, cfg.grpo_steps), seed=cfg.seed)
     merge_lora(out/'final', out/'model', base)
     rw = [h['reward'] for h in tr.state.log_history if 'reward' in h]
-    match = [sum(r >= 2 - 1e-9 for r in b) / len(b) for b in reward.history if b]
+    match = [step_success(b) for b in reward.history if b]
     return dict(app=app, examples=len(ds), steps=tr.state.global_step, reward_first=rw[0] if rw else None,
                 reward_last=rw[-1] if rw else None, match_first=match[0] if match else None, match_last=match[-1] if match else None,
                 executor_calls=reward.calls, executor_failures=reward.failures)
 
-# %% ../nbs/17_pipeline.ipynb #c46bcfb6
+# %% ../nbs/17_pipeline.ipynb #11ba2a0d
 ROWS = ('baseline', 'stage1', 'stage2')   # Table 1's rows, in order
 
 def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=print)->dict:
@@ -276,17 +276,16 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         with stage(root, f'stage1_{app}', log=log) as s:
             if not s['skipped']: s.update(train_specialist(cfg, app, [root/'explore'/'baseline'], 'tinyjudge', M/'baseline', M/f'specialist-{app}'))
         specialists[app] = M/f'specialist-{app}'/'model'
+    spec_runs = {app: root/'explore'/f'specialist-{app}' for app in apps}
     with stage(root, 'explore_specialists', log=log) as s:
         if not s['skipped']:
-            for app in apps:
-                r = root/'explore'/f'specialist-{app}'
+            for app, r in spec_runs.items():
                 rollout(cfg, specialists[app], [t for t in explore if t.app == app], r, cfg.explore_samples, progress, f'explore_{app}')
                 checker_judgments(r); judge(cfg, r, judge_dir, progress=progress)
-            s['judge_vs_checker'] = judge_vs_checker([root/'explore'/f'specialist-{app}' for app in apps])
+            s['judge_vs_checker'] = judge_vs_checker(list(spec_runs.values()))
     with stage(root, 'stage2', log=log) as s:
         if not s['skipped']:
-            runs = [root/'explore'/f'specialist-{app}' for app in apps]
-            try: s.update(train_planner(cfg, runs, 'tinyjudge', M/'baseline', M/'generalist', cfg.sft_steps, cfg.sft_lr))
+            try: s.update(train_planner(cfg, list(spec_runs.values()), 'tinyjudge', M/'baseline', M/'generalist', cfg.sft_steps, cfg.sft_lr))
             except ValueError as e:   # the judge accepted nothing: no data, so the generalist is the baseline
                 shutil.copytree(M/'baseline', M/'generalist', dirs_exist_ok=True)
                 s.update(rows=0, note=f'no judged clean successes: the generalist is the baseline ({e})')
@@ -302,7 +301,7 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
         evals[row] = [root/'eval'/row/app for app in apps] if row == 'stage1' else [root/'eval'/row]
     return dict(root=root, test=test, evals=evals, specialists=specialists, judge=judge_dir, times=stage_times(root))
 
-# %% ../nbs/17_pipeline.ipynb #d47ead2d
+# %% ../nbs/17_pipeline.ipynb #65c81adb
 def eval_records(runs:Sequence)->list:
     "Episode records of one Table-1 row's evaluation runs"
     return [r for run in runs for r in RunStore(run).records()]

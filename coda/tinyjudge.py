@@ -6,16 +6,16 @@
 __all__ = ['NOISES', 'noisy_plan', 'NoisyOraclePlanner', 'record_mixed', 'run_outcomes', 'verdict_text', 'checker_verdict',
            'judge_sft_rows', 'VoteSeeds', 'train_judge']
 
-# %% ../nbs/16a_tinyjudge.ipynb #6381c6e2
+# %% ../nbs/16a_tinyjudge.ipynb #a290e2ed
 import hashlib, json, random, re, time
 from pathlib import Path
 from typing import Sequence
-from .grounder import step_thought, latest_tree, _ROLE_WORDS, _q
+from .grounder import latest_tree, _ROLE_WORDS, _q
 from .judge import JudgeConfig, Verdict, judge_messages, load_trajectory, read_judgments, preset
 from .miniature import OraclePlanner, checker_judgments
 from .store import RunStore, _atomic_write
 
-# %% ../nbs/16a_tinyjudge.ipynb #15929ea0
+# %% ../nbs/16a_tinyjudge.ipynb #92b76bc9
 NOISES = {'truncate': 'stopped before the task was done', 'wrong_answer': 'submitted a wrong answer',
           'skip': 'left out a needed step', 'swap': 'did two steps in the wrong order',
           'wrong_click': 'clicked the wrong element', 'give_up': 'gave up on a feasible task',
@@ -72,7 +72,7 @@ def noisy_plan(task,                    # a task with an oracle in `task.extra['
         k = rng.randrange(len(body) + 1); return dict(kind=kind, steps=body[:k] + [['fail']], first_error=k + 1)
     return dict(kind=kind, steps=[['done']], first_error=1)          # false_done
 
-# %% ../nbs/16a_tinyjudge.ipynb #cf76bf32
+# %% ../nbs/16a_tinyjudge.ipynb #3aed4df6
 class NoisyOraclePlanner(OraclePlanner):
     "An oracle planner that, for a seeded share of tasks, makes one of `NOISES`' mistakes"
     def __init__(self, tasks:Sequence,          # tasks with oracles
@@ -97,21 +97,15 @@ class NoisyOraclePlanner(OraclePlanner):
         role, nm, _ = rng.choice(els)
         return f"Click the {role} {_q(nm)}."
 
-    def reply_for(self, messages:list)->str:
-        "The planner reply for a conversation: the next step of the task's plan"
-        sys = messages[0]['content'] if isinstance(messages[0]['content'], str) else ''.join(p.get('text', '') for p in messages[0]['content'])
-        m = re.search(r'## User Instruction\n(.*)\Z', sys, re.S)
-        task = self.by_instruction.get(m.group(1).strip()) if m else None
-        if task is None: return "Thought: I do not know this task.\nAction: FAIL"
-        steps = self.plans[(task.app, task.id)]['steps']
-        i = sum(x['role'] == 'assistant' for x in messages)
-        st = steps[i] if i < len(steps) else ['done']
+    def steps_for(self, task)->list:
+        "The steps this planner says for a task: its plan (the oracle, or the oracle with one mistake)"
+        return self.plans[(task.app, task.id)]['steps']
+    def step_reply(self, task, i:int, st:list, messages:list)->str:
+        "The reply that says step `st`; a planned wrong click names another element of the current screen"
         if st[0] == 'wrong_click': return f"Thought: {self._wrong_target(task, i, st[1], messages)}\nAction: click"
-        if st[0] == 'answer': return f"Thought: {step_thought(st)}\nAction: ```ANS {st[1]}```"
-        if st[0] == 'fail': return f"Thought: {step_thought(st)}\nAction: FAIL"
-        return f"Thought: {step_thought(st)}\nAction: {st[0]}"
+        return super().step_reply(task, i, st, messages)
 
-# %% ../nbs/16a_tinyjudge.ipynb #6ea2074a
+# %% ../nbs/16a_tinyjudge.ipynb #74c660f8
 def record_mixed(tasks:Sequence,       # tasks with oracles (e.g. scidesk's train split)
                  run:Path|str,          # the run folder (resumed if it exists)
                  p_fail:float=0.5,      # share of tasks the planner gets wrong on purpose
@@ -150,7 +144,7 @@ def run_outcomes(run:Path|str)->'pd.DataFrame':
                  steps=r['steps'], stop=r['stop'], score=r['score']) for r in RunStore(run).records()]
     return pd.DataFrame(rows, columns=['app', 'task', 'sample', 'noise', 'steps', 'stop', 'score'])
 
-# %% ../nbs/16a_tinyjudge.ipynb #1b0b828f
+# %% ../nbs/16a_tinyjudge.ipynb #f0540a68
 def verdict_text(v:Verdict)->str:
     "A verdict as the judge's reply: the `<res_dict>` Python literal of the judge prompt"
     d = {'Correctness': bool(v.correct), 'Redundant': list(v.redundant), 'Optimized': bool(v.optimized),
@@ -170,7 +164,7 @@ def checker_verdict(accepted:bool,           # the checker passed the episode
         e, what = noise['first_error'], NOISES[noise['kind']]
     return Verdict(False, [], False, e, what, '', parsed=True)
 
-# %% ../nbs/16a_tinyjudge.ipynb #0437c8c9
+# %% ../nbs/16a_tinyjudge.ipynb #3cdb5b46
 def judge_sft_rows(runs:Sequence,              # mixed run folders with checker judgments
                    name:str='checker',          # the judgments that give the truth
                    config:JudgeConfig|None=None, # how the judge asks (max_frames, actions); default: preset('single')
@@ -214,7 +208,7 @@ def judge_sft_rows(runs:Sequence,              # mixed run folders with checker 
     if len(df): df.loc['total'] = df.sum()
     return rows, df
 
-# %% ../nbs/16a_tinyjudge.ipynb #a5a0937f
+# %% ../nbs/16a_tinyjudge.ipynb #1ff087a9
 def _request_digest(messages:list, kw:dict)->str:
     h = hashlib.sha256()
     for m in messages:
@@ -237,7 +231,7 @@ class VoteSeeds:
             kw['seed'] = int.from_bytes(hashlib.sha256(f'{self.seed}|{d}|{n}'.encode()).digest()[:4], 'little')
         return await self.model.chat(messages, **kw)
 
-# %% ../nbs/16a_tinyjudge.ipynb #8a4e6d4a
+# %% ../nbs/16a_tinyjudge.ipynb #e1b685fd
 def train_judge(runs:Sequence,           # mixed run folders with checker judgments
                 out:Path|str,             # the judge's folder (base model, trained model, judge.json)
                 name:str='checker',       # the judgments that give the truth

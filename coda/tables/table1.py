@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['PAPER_TABLE1', 'make_table1', 'plot_rows', 'plot_grpo', 'checker_rate', 'plot_pipeline', 'plot_frames']
 
-# %% ../../nbs/20_table1.ipynb #bab6648a
+# %% ../../nbs/20_table1.ipynb #8d63c3fd
 import json, time
 from pathlib import Path
 import pandas as pd
 from ..paths import from_root
 from ..metrics import success_table, table_markdown
 
-# %% ../../nbs/20_table1.ipynb #a1518c70
+# %% ../../nbs/20_table1.ipynb #bdbe8dc4
 PAPER_TABLE1 = {}   # (row, app) -> (Average@1, Average@8, Pass@8) as printed in the paper; none could be read here
 
 def make_table1(records:dict,        # row name -> episode records of that row's evaluation
@@ -31,7 +31,7 @@ def make_table1(records:dict,        # row name -> episode records of that row's
         df[name] = [PAPER_TABLE1.get((r, a), (None,) * 3)[j] for r, a in zip(df['row'], df[app_col])]
     return df
 
-# %% ../../nbs/20_table1.ipynb #d70b5e53
+# %% ../../nbs/20_table1.ipynb #d48c0827
 def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
     "Bars per app and row (Average@k) with their intervals, and Pass@k as dots"
     import matplotlib; matplotlib.use('Agg')
@@ -54,7 +54,7 @@ def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
 
-# %% ../../nbs/20_table1.ipynb #04bfa07b
+# %% ../../nbs/20_table1.ipynb #4f62462f
 def plot_grpo(root:Path, path:Path):
     "Each specialist's GRPO curves (TRL's log): the mean reward per step, and the share of sampled thoughts whose executor action was exactly the labelled one"
     import matplotlib; matplotlib.use('Agg')
@@ -73,6 +73,7 @@ def plot_grpo(root:Path, path:Path):
     if n: ax.legend(fontsize=8); bx.legend(fontsize=8)
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
+
 def checker_rate(run:Path)->float:
     "Share of a run's episodes the checkers scored a success"
     from coda.store import RunStore
