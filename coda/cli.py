@@ -124,7 +124,7 @@ def _cmd_eval(a):
         out = evaluate(tasks, factory, planner, executor, run, n=a.n, workers=a.workers, config=cfg, retries=a.retries,
                        ks=a.k or (1,), run_info={'planner': f'{s.planner_model}@{s.planner_url}', 'executor': f'{s.executor_model}@{s.executor_url}',
                                                'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks), 'ray': a.ray},
-                       episode_timeout=a.episode_timeout)
+                       episode_timeout=a.episode_timeout, seed=a.seed)
     finally:
         if ray_fac is not None: ray_fac.shutdown()
     print(out['markdown'])
@@ -251,6 +251,7 @@ def build_parser()->argparse.ArgumentParser:
     c.add_argument('--episode-timeout', type=float, help='seconds an episode may take; longer ones count as failed timeouts')
     c.add_argument('--html', action='store_true', help='also write the trajectory viewer (viewer.html in the run folder)')
     c.add_argument('--retries', type=int, default=0, help='run an episode that ended in an error (crashed app, dead worker) again, up to N times')
+    c.add_argument('--seed', type=int, help='seed every model call from this, the task, the sample and the step: a rerun or resume samples the same (default: unseeded)')
     c.add_argument('--ray', metavar='ADDRESS', help="run each environment in a Ray actor: a cluster address ('auto', 'host:6379', 'ray://host:10001') or 'local'")
     c.add_argument('--ray-cpus', type=float, default=0.25, help='CPUs each environment actor reserves (default 0.25)')
     c.add_argument('--ray-resources', help='custom resources each environment actor needs, as JSON, e.g. \'{"gui_env": 1}\'')

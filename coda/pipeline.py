@@ -143,7 +143,7 @@ def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, pro
     torch.manual_seed(cfg.seed)
     planner = LocalChat(model_dir, defaults=dict(temperature=cfg.temperature), seed=cfg.seed)
     return evaluate(list(tasks), SciDesk, planner, A11yGrounder(), run, n=n, workers=cfg.workers, config=cfg.agent(),
-                    ks=(1,), progress=progress, run_info={'planner': str(model_dir), 'executor': 'a11y-grounder', 'stage': name})
+                    ks=(1,), progress=progress, seed=cfg.seed, run_info={'planner': str(model_dir), 'executor': 'a11y-grounder', 'stage': name})
 
 def judge_vs_checker(runs:Sequence, name:str='tinyjudge')->dict:
     "How the judge `name` agreed with the checkers over `runs`: tp, fp, fn, tn, precision and recall (AgentRewardBench's semantics)"

@@ -9,7 +9,7 @@ __all__ = ['run_episodes', 'EnvWorkerDied', 'RayEnv', 'RayEnvFactory', 'evaluate
 import asyncio, time, json, traceback
 from pathlib import Path
 from typing import Callable, Sequence
-from .agent import Agent, AgentConfig, run_sync
+from .agent import Agent, AgentConfig, run_sync, derive_seed
 from .store import RunStore
 
 # %% ../nbs/10_rollout.ipynb #a4cda297
@@ -26,6 +26,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
                        progress:bool=True,       # show a progress bar
                        episode_timeout:float|None=None, # seconds an episode may take; then it ends as a timeout (a failure)
                        retries:int=0,            # run an episode that ended in an error (crashed env, dead worker) again, at most this many times
+                       seed:int|None=None,       # the run's seed: each episode gets one derived from it, its task and sample (None: unseeded)
                       )->list: # the results of the episodes run now (finished ones are skipped)
     "Run every (task, sample) not yet finished in `store`, `workers` at a time"
     from tqdm.auto import tqdm
@@ -51,10 +52,12 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
 
     async def episode(w, env, task, sample, attempt):
         "One attempt at an episode: (its result, the environment to reuse or None)"
-        writer = store.start(task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps, 'worker': w, 'attempt': attempt})
+        es = derive_seed(seed, task.app, task.id, sample)
+        writer = store.start(task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps, 'worker': w, 'attempt': attempt,
+                                                         **({'seed': es} if es is not None else {})})
         try:
             if env is None: env = await asyncio.to_thread(make_env)
-            res = await asyncio.wait_for(agent.run(env, task, on_step=writer.add_step, on_final=writer.add_final), episode_timeout)
+            res = await asyncio.wait_for(agent.run(env, task, on_step=writer.add_step, on_final=writer.add_final, seed=es), episode_timeout)
         except (asyncio.TimeoutError, TimeoutError):
             res = dict(stop='TIMEOUT', status='timeout', score=0.0, steps=writer.n, answer=None,
                        reason=f'episode took longer than {episode_timeout} s')
@@ -166,12 +169,13 @@ def evaluate(tasks:Sequence,          # the task set
              run_info:dict|None=None, # extra settings recorded in run.json
              episode_timeout:float|None=None, # seconds an episode may take (a timeout counts as a failure)
              retries:int=0,           # reruns of an episode that ended in an error
+             seed:int|None=None,      # the run's seed (`run_episodes`): samples then depend on task and sample only, not on timing
             )->dict: # {'records', 'table', 'markdown'}
     "Run n samples of every task into `run_dir` (resumably), then compute Average@1/@n and Pass@k per app"
     from coda.metrics import success_table, table_markdown
     config = config or AgentConfig()
     store = RunStore(run_dir, {'n': n, 'tasks': len(tasks), 'screen': list(config.screen), 'agent': {k: v for k, v in vars(config).items()}, **(run_info or {})})
-    run_sync(run_episodes(tasks, make_env, Agent(planner, executor, config), store, n=n, workers=workers, progress=progress, episode_timeout=episode_timeout, retries=retries))
+    run_sync(run_episodes(tasks, make_env, Agent(planner, executor, config), store, n=n, workers=workers, progress=progress, episode_timeout=episode_timeout, retries=retries, seed=seed))
     records = store.records()
     keys = [(t.app, t.id) for t in tasks]
     table = success_table(records, tasks=keys, n=n, ks=sorted({*ks, n}))

@@ -119,6 +119,20 @@ def test_eval_command_runs_resumes_and_exports(tmp_path):
     assert html.count('class="step"') == 24 and html.count('class="pt"') == 18   # 3 clicks drawn per episode
     for src in __import__('re').findall(r'src="([^"]+)"', html): assert (run/src).exists()
 
+def test_eval_seed_reaches_every_request_and_repeats(tmp_path):
+    "`coda eval --seed` sends each model request a seed derived from the task, sample and step: two runs send the same ones"
+    tasks, seeds = write_tasks(tmp_path/'tasks.jsonl', 2), []
+    for i in range(2):
+        with ScriptedServer(counting_policy(3)) as srv:
+            p = subprocess.run(eval_cmd(srv, tasks, tmp_path/f'run{i}', 2) + ['--seed', '7'], capture_output=True, text=True, env=env_with_fixtures(), timeout=300)
+            assert p.returncode == 0, p.stderr[-3000:]
+            seeds.append(sorted(b['seed'] for b in srv.requests))
+    assert seeds[0] == seeds[1] and len(set(seeds[0])) == len(seeds[0]) >= 16   # 4 episodes x 4 steps x 2 models, each its own
+    assert {e['meta']['seed'] for e in RunStore(tmp_path/'run0').episodes()} == {e['meta']['seed'] for e in RunStore(tmp_path/'run1').episodes()}
+    with ScriptedServer(counting_policy(3)) as srv:
+        p = subprocess.run(eval_cmd(srv, tasks, tmp_path/'run2', 2), capture_output=True, text=True, env=env_with_fixtures(), timeout=300)
+        assert p.returncode == 0 and srv.requests and all('seed' not in b for b in srv.requests)
+
 def test_killed_runs_resume_to_exactly_one_result_each(tmp_path):
     "SIGKILL at random moments, at least 5 times, then a last uninterrupted run: one result per (app, task, sample)"
     tasks, run = write_tasks(tmp_path/'tasks.jsonl', 6), tmp_path/'run'
