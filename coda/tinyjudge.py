@@ -13,6 +13,7 @@ from typing import Sequence
 from .grounder import latest_tree, _ROLE_WORDS, _q
 from .judge import JudgeConfig, Verdict, judge_messages, load_trajectory, read_judgments, preset
 from .miniature import OraclePlanner, checker_judgments
+from .agent import derive_seed
 from .store import RunStore, _atomic_write
 
 # %% ../nbs/16a_tinyjudge.ipynb #92b76bc9
@@ -228,7 +229,7 @@ class VoteSeeds:
         if kw.get('seed') is None and (kw.get('temperature') or 0) > 0:
             d = _request_digest(messages, kw)
             n = self.counts[d] = self.counts.get(d, 0) + 1
-            kw['seed'] = int.from_bytes(hashlib.sha256(f'{self.seed}|{d}|{n}'.encode()).digest()[:4], 'little')
+            kw['seed'] = derive_seed(self.seed, d, n)   # the same hash as an episode's call seeds
         return await self.model.chat(messages, **kw)
 
 # %% ../nbs/16a_tinyjudge.ipynb #e1b685fd
