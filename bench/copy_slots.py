@@ -15,71 +15,19 @@ Usage: python bench/copy_slots.py [--data families] [--steps 450] [--out runs/be
 It prints, per planner and temperature, the successes on the fresh tasks. Two planners take about 15 minutes on
 2 cores (run at once, one core each).
 """
-import argparse, os, re, subprocess, sys, time
+import argparse, os, subprocess, sys, time
 from pathlib import Path
 
-_VALUE = re.compile(r"#[0-9a-fA-F]{6}\b|'[^']+'|\"[^\"]+\"|(?<![\w.,])(?=[\w.,]*\d)\w[\w.,]*")
-_VAR = re.compile(r"\bvariable(?: named)? ([a-z])\b")
-
-def slot_values(instruction:str)->list:
-    "The values a planner copies from `instruction`, each once, in order (and 50,000,000 also as 50000000)"
-    vals = [m.group(0).strip('\'"').rstrip('.,') for m in _VALUE.finditer(instruction)] + _VAR.findall(instruction)
-    vals += [v.replace(',', '') for v in vals if ',' in v]
-    return list(dict.fromkeys(v for v in vals if v))
-
-def _pattern(v): return re.compile(rf"(?<![\w<]){re.escape(v)}(?![\w>])")
-
-def delex(text:str, values:list)->str:
-    "`text` with every whole occurrence of a value replaced by its slot, longer values first"
-    for i in sorted(range(len(values)), key=lambda i: -len(values[i])): text = _pattern(values[i]).sub(f'<v{i}>', text)
-    return text
-
-def relex(text:str, values:list)->str:
-    "Slots back to their values (a slot with no value stays as it is)"
-    return re.sub(r"<v(\d+)>", lambda m: values[int(m[1])] if int(m[1]) < len(values) else m[0], text)
-
-def instruction_of(messages:list)->str:
-    "The task text of planner messages: what follows the last 'Task: '"
-    for m in reversed(messages):
-        parts = [m['content']] if isinstance(m['content'], str) else [p.get('text') or '' for p in m['content']]
-        for t in reversed(parts):
-            if 'Task: ' in t: return t.rsplit('Task: ', 1)[1]
-    return ''
-
-def delex_messages(messages:list, values:list)->list:
-    def part(p): return {**p, 'text': delex(p['text'], values)} if p.get('text') else p
-    return [{**m, 'content': delex(m['content'], values) if isinstance(m['content'], str) else [part(p) for p in m['content']]} for m in messages]
-
-class SlotChat:
-    "A planner backend wrapper: the model reads and writes slots, the agent sees values"
-    def __init__(self, model): self.model = model
-    def __getattr__(self, k): return getattr(self.model, k)
-    async def chat(self, messages, **kw):
-        vals = slot_values(instruction_of(messages))
-        r = await self.model.chat(delex_messages(messages, vals), **kw)
-        r.text = relex(r.text, vals)
-        return r
-
-def oracle(instruction:str):
-    "Oracle steps of a generated task of the five families (procedures from seed and train tasks), else None"
-    s = instruction
-    if m := re.match(r"Store (\d+) in a variable named (\w) in Algebra", s): return [['click', 'Expression'], ['type', f'{m[2]} := {m[1]}\n'], ['done']]
-    if m := re.match(r"Switch the angle mode to (degrees|radians) in Algebra", s): return [['click', 'Settings'], ['click', m[1].title()], ['done']]
-    if m := re.match(r"Set the precision to (\d+) decimal places in Algebra", s):
-        return [['click', 'Settings'], ['click', 'Precision…'], ['click', 'Decimal places'], ['type', f'{m[1]}\n'], ['done']]
-    if m := re.match(r"Set the time to Julian date ([\d.]+) in Astronomy", s): return [['click', 'Time'], ['click', 'Set Time…'], ['double', 'Julian date'], ['type', f'{m[1]}\n']]
-    if m := re.match(r"Fetch (\w+) from the PDB in Biochem", s): return [['click', 'File'], ['click', 'Open…'], ['type', f'{m[1]}\n']]
-    return None
+from coda.slots import slot_values, delex, delex_sft_row, SlotChat   # the same mapping as the miniature's (MiniConfig.slots)
 
 def family_tasks(seed:int, per_app:int, test:list)->list:
-    "Generated tasks of the five families, each with its oracle"
-    from coda.pipeline import template_tasks
-    out = []
-    for t in template_tasks(['Algebra', 'Astronomy', 'Biochem'], per_app, seed, avoid=test):
-        if (o := oracle(t.instruction)) is not None: t.extra['oracle'] = o; out.append(t)
+    "Generated tasks of the five families with a template oracle (`coda.pipeline.template_oracle`), each with its oracle"
+    from coda.pipeline import template_tasks, template_oracle
+    out = [t for t in template_tasks(['Algebra', 'Astronomy', 'Biochem'], per_app, seed, avoid=test) if template_oracle(t.instruction)]
+    for t in out: t.extra['oracle'] = template_oracle(t.instruction)
     return out
 
-def run(out:Path, slots:bool, data:str, steps:int):
+def run(out:Path, slots:bool, data:str, steps:int, demos:int=30):
     "Bootstrap one planner into `out` (resumable) and evaluate it; prints its successes"
     from coda.pipeline import MiniConfig, split_tasks, template_tasks, build_planner
     from coda.miniature import record_demonstrations, checker_judgments
@@ -91,7 +39,7 @@ def run(out:Path, slots:bool, data:str, steps:int):
     cfg, t0 = MiniConfig(run=str(out), workers=1), time.time()
     apps = list(cfg.apps)
     seed, train, test = split_tasks('seed', apps), split_tasks('train', apps), split_tasks('test', apps, cfg.test_tasks, cfg.seed)
-    demo_tasks = family_tasks(7, 30, test) if data == 'families' else []
+    demo_tasks = family_tasks(7, demos, test) if data == 'families' else []
     seen = {t.instruction for t in demo_tasks}
     fresh = [t for t in (family_tasks(99, 12, test) if data == 'families' else template_tasks(apps, 4, 99, avoid=test)) if t.instruction not in seen]
     runs = [out/'seed']
@@ -100,7 +48,7 @@ def run(out:Path, slots:bool, data:str, steps:int):
         runs.append(out/'demos')
         if not (out/'demos').exists(): record_demonstrations(demo_tasks, out/'demos', workers=1); checker_judgments(out/'demos')
     rows, _ = sft_examples(runs, 'checker')
-    if slots: rows = [{**r, 'messages': delex_messages(r['messages'], slot_values(instruction_of(r['messages'][:-1])))} for r in rows]
+    if slots: rows = [delex_sft_row(r) for r in rows]
     M = out/'models'
     if not (M/'baseline'/'config.json').exists():
         texts = [''.join(p.get('text') or '' for m in r['messages'] for p in m['content']) for r in rows]
@@ -128,11 +76,12 @@ def main():
     ap.add_argument('--data', choices=('seed', 'families'), default='families', help='what the planners are bootstrapped on')
     ap.add_argument('--steps', type=int, default=450, help='bootstrap SFT steps')
     ap.add_argument('--out', default='runs/bench-copy-slots', help='folder for both planners (resumed if there)')
+    ap.add_argument('--demos', type=int, default=30, help='generated tasks per app tried for family demonstrations (--data families)')
     ap.add_argument('--only', choices=('slots', 'plain'), help='run one planner in this process (the default runs both at once, one core each)')
     a = ap.parse_args()
     out = Path(a.out)/a.data
-    if a.only: return run(out/a.only, a.only == 'slots', a.data, a.steps)
-    procs = [subprocess.Popen([sys.executable, __file__, '--data', a.data, '--steps', str(a.steps), '--out', a.out, '--only', k],
+    if a.only: return run(out/a.only, a.only == 'slots', a.data, a.steps, a.demos)
+    procs = [subprocess.Popen([sys.executable, __file__, '--data', a.data, '--steps', str(a.steps), '--demos', str(a.demos), '--out', a.out, '--only', k],
                               env={**os.environ, 'OMP_NUM_THREADS': '1'}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
              for k in ('slots', 'plain')]
     for p in procs:

@@ -32,7 +32,7 @@ def make_table1(records:dict,        # row name -> episode records of that row's
     return df
 
 # %% ../../nbs/20_table1.ipynb #d48c0827
-def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
+def plot_rows(df:pd.DataFrame, path:Path, k:int=8, title:str='Table 1 (ours)'):
     "Bars per app and row (Average@k) with their intervals, and Pass@k as dots"
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt, numpy as np
@@ -50,7 +50,7 @@ def plot_rows(df:pd.DataFrame, path:Path, k:int=8):
         ax.bar(x + (i - (len(rows) - 1) / 2) * w, y, w, yerr=err, capsize=2, label=f'{r}: Average@{k}')
         ax.plot(x + (i - (len(rows) - 1) / 2) * w, 100 * d[pas].astype(float), 'k.', ms=5)
     ax.set_xticks(x, apps, rotation=15); ax.set_ylabel('success (%)'); ax.set_ylim(0, 100)
-    ax.set_title(f'Table 1 (ours): Average@{k} with 95% intervals; dots: Pass@{k}'); ax.legend(fontsize=8)
+    ax.set_title(f'{title}: Average@{k} with 95% intervals; dots: Pass@{k}'); ax.legend(fontsize=8)
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
 
