@@ -34,7 +34,7 @@ class MiniConfig:
     batch: int = 4                  # rows per training step
     train_tasks: int|None = None    # train-split tasks per app used for exploration (None: all)
     generated: int = 4              # generated (template) tasks per app for exploration
-    explore_samples: int = 4        # samples per exploration task
+    explore_samples: int = 1        # samples per exploration task
     judge: str = 'coda'             # judge preset used on exploration runs (voting@4)
     judge_dir: str = ''             # a trained judge model; '' trains one in this run (coda.tinyjudge)
     oracle_ablation: bool = True    # also run Stage 1 and 2 learning from the checkers' verdicts instead of the judge's (rows *_oracle)
