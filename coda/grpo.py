@@ -99,8 +99,10 @@ class DecoupledReward:
                  coords:str='absolute',          # 'absolute' (UI-TARS-1.5) or 'relative1000'
                  sampling:dict|None=None,        # executor sampling (default greedy, 256 tokens)
                  continue_final:bool=True,       # continue the thought in the executor's turn (vLLM); False for transformers serve
-                 language:str='English', window:int=31):
+                 language:str='English', window:int=31,
+                 point_scale:float=1.0):         # `coda.reward.action_reward`'s distance scale for points (1: SEAgent's)
         self.executor, self.screen, self.coords, self.continue_final = executor, tuple(screen), coords, continue_final
+        self.point_scale = point_scale
         self.frame = tuple(frame) if frame else model_frame(self.screen)
         self.sampling = sampling or dict(temperature=0.0, max_tokens=256)
         self.language, self.window = language, window
@@ -118,7 +120,7 @@ class DecoupledReward:
         "Reward of one planner completion"
         thought, paction = split_planner(completion)
         pacts = parse_action(paction) if ('ANS' in paction or 'FAIL' in paction) else []
-        if pacts and pacts[0].kind in ('answer', 'fail'): return action_reward(pacts[:1], gold, self.screen)
+        if pacts and pacts[0].kind in ('answer', 'fail'): return action_reward(pacts[:1], gold, self.screen, self.point_scale)
         conv = self._conversation(episode, step)
         c = Conversation(conv.instruction, conv.language, conv.window, conv.keep_user, list(conv.context))
         c.add_assistant(completion)
@@ -128,7 +130,7 @@ class DecoupledReward:
             self.failures += 1; log.warning("executor request failed, reward 0: %s", e); return 0.0
         finally: self.seconds.append(time.perf_counter() - t0)
         acts = parse_action(r.text, frame=self.frame, screen=self.screen, coords=self.coords)
-        return action_reward(acts, gold, self.screen)
+        return action_reward(acts, gold, self.screen, self.point_scale)
 
     async def ascore(self, completions:list, episode:list, step:list, gold:list)->list:
         "Rewards of a batch of completions, the executor requests all in flight at once"
@@ -240,11 +242,15 @@ def train_grpo(dataset,                   # a GRPO dataset (`build_grpo_dataset`
                lora:bool=True,            # train a LoRA adapter (False: all weights)
                resume:bool=False,         # continue from the last checkpoint in `out`
                trainer_cls=None,          # a GRPOTrainer subclass (tests record the loss inputs with one)
+               freeze_vision:bool=True,   # without LoRA: keep the vision tower frozen (as `coda.sft.sft_trainer` does)
                **kw):                     # GRPOConfig fields, e.g. max_steps, num_generations, learning_rate
     "Train a specialist planner with decoupled GRPO; returns the trainer (its `state.log_history` holds the curves)"
     from trl import GRPOTrainer
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     model, proc = load_planner(model_dir)
+    if not lora and freeze_vision:
+        for n, p in model.named_parameters():
+            if '.visual.' in f'.{n}': p.requires_grad_(False)
     cfg = grpo_config(out, preset, **kw)
     tr = (trainer_cls or GRPOTrainer)(model=model, reward_funcs=[reward], args=cfg, train_dataset=dataset, processing_class=proc,
                                       peft_config=lora_config() if lora else None)

@@ -20,10 +20,12 @@ def text_similarity(a:str, b:str)->float:
     from rapidfuzz.distance import Levenshtein
     return 1.0 if a == b else float(Levenshtein.normalized_similarity(a, b))
 
-def point_score(a:Action, b:Action, screen:tuple)->float:
-    "1 − normalised L1 distance of two points, clamped to [0, 1]"
+def point_score(a:Action, b:Action, screen:tuple,
+                scale:float=1.0, # the distance (normalised L1) at which the score reaches 0; 1: SEAgent's
+               )->float:
+    "1 − normalised L1 distance of two points (divided by `scale`), clamped to [0, 1]"
     W, H = screen
-    return max(0.0, 1.0 - (abs(a.x - b.x) / W + abs(a.y - b.y) / H))
+    return max(0.0, 1.0 - (abs(a.x - b.x) / W + abs(a.y - b.y) / H) / scale)
 
 def _box(a:Action, screen:tuple, pad:float):
     W, H = screen
@@ -44,11 +46,11 @@ def drag_score(a:Action, b:Action, screen:tuple, pad:float=0.01)->float:
     return iou(_box(a, screen, pad), _box(b, screen, pad))
 
 # %% ../nbs/13_reward.ipynb #27319b48
-def _one(a:Action, g:Action, screen:tuple)->float:
+def _one(a:Action, g:Action, screen:tuple, point_scale:float=1.0)->float:
     "Reward of one predicted action against one labelled action"
     if a.kind != g.kind or a.kind == 'invalid': return 0.0
     k = a.kind
-    if k in POINT_KINDS: r = point_score(a, g, screen)
+    if k in POINT_KINDS: r = point_score(a, g, screen, point_scale)
     elif k == 'drag': r = drag_score(a, g, screen)
     elif k == 'type': r = text_similarity(a.text + '\n' * a.enter, g.text + '\n' * g.enter)
     elif k == 'hotkey': r = text_similarity('+'.join(a.keys), '+'.join(g.keys))
@@ -61,13 +63,14 @@ def _one(a:Action, g:Action, screen:tuple)->float:
 def action_reward(pred:Action|Sequence, # the executor's action(s) for this step
                   gold:Action|Sequence, # the labelled action(s) a_T
                   screen:tuple=(1280, 800), # (W, H) the coordinates are in
+                  point_scale:float=1.0,    # points: the normalised L1 distance that scores 0 (1: SEAgent's; smaller is stricter)
                  )->float: # in [0, 2]
     "1[type matches] + r_dist per action, matched in order, averaged over the longer list; errors score 0"
     try:
         p = [pred] if isinstance(pred, Action) else list(pred)
         g = [gold] if isinstance(gold, Action) else list(gold)
         if not p or not g: return 0.0
-        return sum(_one(a, b, screen) for a, b in zip(p, g)) / max(len(p), len(g))
+        return sum(_one(a, b, screen, point_scale) for a, b in zip(p, g)) / max(len(p), len(g))
     except Exception as e:
         log.warning("action_reward scored 0 after %s: %s (pred=%r, gold=%r)", type(e).__name__, e, pred, gold)
         return 0.0

@@ -9,6 +9,7 @@ __all__ = ['slot_values', 'delex', 'relex', 'instruction_of', 'delex_messages', 
 # %% ../nbs/16b_slots.ipynb #99da8102
 import re
 from .grpo import DecoupledReward
+from .prompts import JUDGE_PROMPT
 
 # %% ../nbs/16b_slots.ipynb #3e0dd46e
 _VALUE = re.compile(r"#[0-9a-fA-F]{6}\b|'[^']+'|\"[^\"]+\"|(?<![\w.,])(?=[\w.,]*\d)\w[\w.,]*")
@@ -38,13 +39,17 @@ def relex(text:str,   # a reply written with slots
     return re.sub(r"<v(\d+)>", lambda m: values[int(m[1])] if int(m[1]) < len(values) else m[0], text)
 
 # %% ../nbs/16b_slots.ipynb #68a5d43a
-def instruction_of(messages:list, # planner chat messages (string or list-of-parts contents)
+_before, _after = JUDGE_PROMPT.split('{instruction}')
+_JUDGED = re.compile(re.escape(_before) + r"(.*)" + re.escape(_after.split('{')[0]), re.S)   # the judge prompt up to its first other field
+
+def instruction_of(messages:list, # planner or judge chat messages (string or list-of-parts contents)
                   )->str:
-    "The task text of planner messages: what follows the last 'Task: '"
+    "The task text of planner messages (what follows the last 'Task: ') or of a judge's request (the task its prompt quotes)"
     for m in reversed(messages):
         parts = [m['content']] if isinstance(m['content'], str) else [p.get('text') or '' for p in m['content']]
         for t in reversed(parts):
             if 'Task: ' in t: return t.rsplit('Task: ', 1)[1]
+            if j := _JUDGED.search(t): return j[1]
     return ''
 
 def delex_messages(messages:list, # chat messages

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['NOISES', 'noisy_plan', 'NoisyOraclePlanner', 'record_mixed', 'run_outcomes', 'verdict_text', 'checker_verdict',
-           'judge_sft_rows', 'VoteSeeds', 'train_judge']
+           'judge_sft_rows', 'VoteSeeds', 'train_judge', 'tiny_judge_chat']
 
 # %% ../nbs/16a_tinyjudge.ipynb #a290e2ed
 import hashlib, json, random, re, time
@@ -14,13 +14,14 @@ from .grounder import latest_tree, _ROLE_WORDS, _q
 from .judge import JudgeConfig, Verdict, judge_messages, load_trajectory, read_judgments, preset
 from .miniature import OraclePlanner, checker_judgments
 from .agent import derive_seed
+from .slots import SlotChat, delex_messages, slot_values, instruction_of
 from .store import RunStore, _atomic_write
 
 # %% ../nbs/16a_tinyjudge.ipynb #92b76bc9
 NOISES = {'truncate': 'stopped before the task was done', 'wrong_answer': 'submitted a wrong answer',
           'skip': 'left out a needed step', 'swap': 'did two steps in the wrong order',
           'wrong_click': 'clicked the wrong element', 'give_up': 'gave up on a feasible task',
-          'false_done': 'said an infeasible task was done'}
+          'false_done': 'said an infeasible task was done', 'wrong_text': 'typed a wrong value'}
 _TERMINAL = ('answer', 'fail', 'done')
 _CLICKS = ('click', 'double', 'right')
 
@@ -37,6 +38,17 @@ def _wrong_answer(ans:str, rng:random.Random, others:Sequence=())->str:
     if cands: return rng.choice(cands)
     return s[::-1] if s[::-1] != s else s + 'X'
 
+def _wrong_text(text:str, rng:random.Random)->str:
+    "Typed text with one value changed: a number made a nearby one, else the first word reversed (a trailing Enter kept)"
+    body, enter = (text[:-1], '\n') if text.endswith('\n') else (text, '')
+    nums = list(re.finditer(r'\d+(?:\.\d+)?', body))
+    if nums:
+        m = rng.choice(nums)
+        return body[:m.start()] + _wrong_answer(m[0], rng) + body[m.end():] + enter
+    m = re.search(r'[A-Za-z]{2,}', body)
+    if m: return body[:m.start()] + _wrong_answer(m[0], rng) + body[m.end():] + enter
+    return body + 'X' + enter
+
 def noisy_plan(task,                    # a task with an oracle in `task.extra['oracle']`
                p_fail:float=0.5,        # probability that the planner makes a mistake
                seed:int=0,              # seed of the decision
@@ -52,8 +64,9 @@ def noisy_plan(task,                    # a task with an oracle in `task.extra['
     feasible = end[0] != 'fail'
     swaps = [i for i in range(len(body) - 1) if body[i] != body[i + 1]]
     clicks = [i for i, s in enumerate(body) if s[0] in _CLICKS]
+    types = [i for i, s in enumerate(body) if s[0] == 'type']
     ok = {'truncate': feasible and len(body) >= 1, 'wrong_answer': end[0] == 'answer', 'skip': len(body) >= 1, 'swap': bool(swaps),
-          'wrong_click': bool(clicks), 'give_up': feasible, 'false_done': not feasible}
+          'wrong_click': bool(clicks), 'give_up': feasible, 'false_done': not feasible, 'wrong_text': bool(types)}
     options = [k for k in (kinds or NOISES) if ok.get(k)]
     if not options: return clean
     kind = rng.choice(options)
@@ -68,6 +81,9 @@ def noisy_plan(task,                    # a task with an oracle in `task.extra['
         return dict(kind=kind, steps=b + [end], first_error=i + 1)
     if kind == 'wrong_click':
         i = rng.choice(clicks); b = list(body); b[i] = ['wrong_click', b[i][1]]
+        return dict(kind=kind, steps=b + [end], first_error=i + 1)
+    if kind == 'wrong_text':
+        i = rng.choice(types); b = list(body); b[i] = ['type', _wrong_text(b[i][1], rng)]
         return dict(kind=kind, steps=b + [end], first_error=i + 1)
     if kind == 'give_up':
         k = rng.randrange(len(body) + 1); return dict(kind=kind, steps=body[:k] + [['fail']], first_error=k + 1)
@@ -173,6 +189,7 @@ def judge_sft_rows(runs:Sequence,              # mixed run folders with checker 
                    balance:bool=True,           # repeat rows of the rarer class until the classes are even
                    error_steps:str='noise',     # first error: 'noise' (the plan's, when known) or 'last'
                    seed:int=0,                  # seed of the balancing draw
+                   slots:bool=False,            # the judge reads copy slots: the instruction's values as `<vI>` (coda.slots)
                   )->tuple: # (rows for `coda.sft.rows_to_dataset`, per-app counts DataFrame)
     "One judge SFT row per judged episode: the judge's request and the checker's verdict as the reply"
     import pandas as pd
@@ -190,6 +207,7 @@ def judge_sft_rows(runs:Sequence,              # mixed run folders with checker 
             msgs = judge_messages(t, cfg.max_frames, resolution, cfg.actions)
             prompt = [{'role': m['role'], 'content': [{'type': 'image'} if p['type'] == 'image' else {'type': 'text', 'text': p['text']} for p in m['content']]}
                       for m in msgs]
+            if slots: prompt = delex_messages(prompt, slot_values(t.instruction))
             reply = verdict_text(v)
             rows.append(dict(messages=prompt + [{'role': 'assistant', 'content': [{'type': 'text', 'text': reply}]}], images=_pngs(msgs),
                              run=str(run), app=app, task=task, sample=int(sample), step=int(t.n_steps),
@@ -249,6 +267,7 @@ def train_judge(runs:Sequence,           # mixed run folders with checker judgme
                 resolution:tuple|None=(320, 200), # frames scaled to fit (W, H) in the rows
                 balance:bool=True,        # balance the classes (judge_sft_rows)
                 error_steps:str='noise',  # first error of failures (judge_sft_rows)
+                slots:bool=False,         # the judge reads copy slots (judge_sft_rows; `tiny_judge_chat` serves it so)
                 fresh:bool=False,         # retrain even if a finished judge is in `out`
                 **kw,                     # other `coda.sft.train_sft` arguments (freeze_vision, save_steps, ...)
                )->Path: # the model folder
@@ -262,7 +281,7 @@ def train_judge(runs:Sequence,           # mixed run folders with checker judgme
         print(f"reusing the judge in {out} ({info['rows']} rows, {info['steps']} steps, mean training loss {info['train_loss']:.4f})")
         return Path(info['model'])
     t0 = time.perf_counter()
-    rows, counts = judge_sft_rows(runs, name, config, resolution, balance, error_steps, seed)
+    rows, counts = judge_sft_rows(runs, name, config, resolution, balance, error_steps, seed, slots)
     if not rows: raise ValueError(f"no episodes judged by {name!r} in {list(map(str, runs))}")
     if base is None:
         base_dir = out/'base'
@@ -286,6 +305,16 @@ def train_judge(runs:Sequence,           # mixed run folders with checker judgme
     info = dict(model=str(model), base=str(base_dir), runs=[str(r) for r in ([runs] if isinstance(runs, (str, Path)) else runs)],
                 judge=name, rows=len(rows), counts=counts.reset_index().to_dict('records'), steps=sft['steps'], train_loss=sft['train_loss'],
                 seconds=round(time.perf_counter() - t0, 1), hidden=hidden, layers=layers, vocab_size=vocab_size, lr=lr, batch_size=batch_size,
-                seed=seed, max_pixels=max_pixels, resolution=resolution, balance=balance, error_steps=error_steps)
+                seed=seed, max_pixels=max_pixels, resolution=resolution, balance=balance, error_steps=error_steps, slots=slots,
+                grad_accum=kw.get('grad_accum', 1), max_frames=(config or preset('single')).max_frames)
     _atomic_write(info_path, json.dumps(info, indent=1, default=str).encode())
     return Path(model)
+
+# %% ../nbs/16a_tinyjudge.ipynb #016a5e3b
+def tiny_judge_chat(model_dir:Path|str, # a judge's model folder, as `train_judge` returns it
+                    seed:int|None=None, # `LocalChat`'s seed
+                   ):
+    "The chat backend a trained judge answers through: `LocalChat`, reading slots if it was trained on them"
+    from coda.models import LocalChat
+    chat, info = LocalChat(model_dir, seed=seed), Path(model_dir).parent/'judge.json'
+    return SlotChat(chat) if info.exists() and json.loads(info.read_text()).get('slots') else chat

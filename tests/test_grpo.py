@@ -82,6 +82,7 @@ def test_one_grpo_step_calls_the_executor_over_http_and_trains_only_the_planner(
     after = weights(load_planner(tmp_path/'out'/'final')[0])
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed and any('language_model' in k for k in changed)
+    assert not any('visual' in k for k in changed), 'full fine-tuning keeps the vision tower frozen'
     import pandas as pd   # the step's success curve point: the share of completions whose executor action is the labelled one
     rows = pd.read_csv(tmp_path/'out'/'log.csv').dropna(subset=['reward'])
     assert len(rw.history) == len(rows) == 1 and len(rw.history[0]) == 4

@@ -41,6 +41,14 @@ def test_table2_smoke_and_resume(tmp_path):
     assert pd.read_csv(tmp_path/'fig'/'table2.csv', index_col=0).equals(t)   # the same judgments give the same table
     assert second < first, (first, second)
 
+    other = tmp_path/'given'                                                 # a judge trained elsewhere (Table 1's) is evaluated, not retrained
+    pm.execute_notebook(str(NBS/'21_table2.ipynb'), str(tmp_path/'given.ipynb'), cwd=str(NBS), kernel_name='python3', progress_bar=False,
+                        parameters=dict(run=str(other/'run'), out=str(other/'fig'), judge_dir=str(tmp_path/'run'/'judge'/'model'), **SMOKE))
+    g = pd.read_csv(other/'fig'/'table2.csv', index_col=0)
+    assert list(g.index) == ROWS and (g['n'] == 8).all()
+    assert not (other/'run'/'judge').exists() and not (other/'run'/'train-0').exists()
+    assert 'tiny Qwen2.5-VL judge in' in (other/'fig'/'table2.md').read_text()
+
 def test_table2_refuses_other_settings_in_the_same_run(tmp_path):
     "A run folder made with other stage parameters is not silently mixed: the notebook stops and says fresh=True"
     (tmp_path/'run').mkdir()

@@ -44,10 +44,11 @@ TABLE2_ROWS = {'single': 'single', 'voting@4': 'coda', 'voting@4 + multi-resolut
 def table2_judges(chat,                      # a chat backend (LocalChat, OpenAIChat)
                   seed:int=0,                # base seed of the votes
                   max_tokens:int|None=None,  # completion limit per vote (None: the presets' 1024)
+                  max_frames:int|None=None,  # keyframes per request (None: the presets'; a tiny judge is asked as it learnt)
                  )->dict: # judge name -> Judge or Ensemble
     "Table 2's judges over one backend: single, coda (voting@4), coda-multires, and the AND of single and coda-multires"
     from coda.tinyjudge import VoteSeeds
-    kw = {} if max_tokens is None else dict(max_tokens=max_tokens)
+    kw = {k: v for k, v in dict(max_tokens=max_tokens, max_frames=max_frames).items() if v is not None}
     mk = lambda name: Judge(VoteSeeds(chat, seed), preset(name, **kw), name=name)
     return {'single': mk('single'), 'coda': mk('coda'), 'coda-multires': mk('coda-multires'),
             'ensemble': Ensemble([mk('single'), mk('coda-multires')], name='ensemble')}
