@@ -34,14 +34,12 @@ def main():
     import torch
     torch.set_num_threads(2)
     from coda.paths import from_root
-    from coda.pipeline import MiniConfig, train_planner, rollout, split_tasks, template_families
+    from coda.pipeline import MiniConfig, train_planner, rollout, miniature_tasks
     root = from_root(a.run); out = Path(a.out) if a.out else root/'replay-control'
     params = json.loads((root/'params.json').read_text())
     cfg = MiniConfig(**{**params, 'apps': tuple(params['apps']), 'run': str(root)})
-    apps, demos = list(cfg.apps), [root/'seed'] + ([root/'demos'] if (root/'demos').exists() else [])
-    test = split_tasks('test', apps, cfg.test_tasks, cfg.seed)   # the held-out generated tasks as run_miniature draws them
-    demo_tasks = template_families(apps, cfg.demos, f'{cfg.seed}-demos', avoid=test, oracle=True) if cfg.demos else []
-    held = template_families(apps, cfg.heldout, f'{cfg.seed}-heldout', avoid=test + demo_tasks)
+    demos = [root/'seed'] + ([root/'demos'] if (root/'demos').exists() else [])
+    held = miniature_tasks(cfg)['heldout']   # the held-out generated tasks as run_miniature draws them
     stored = json.loads((root/'stages'/'generate.json').read_text())['heldout']
     assert [t.instruction for t in held] == stored, 'the held-out tasks differ from the run\'s: other code or settings'
     model = out/'model'

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['log', 'GRPO_PRESETS', 'MATCH', 'replay', 'to_trl_prompt', 'grpo_examples', 'build_grpo_dataset', 'DecoupledReward',
-           'group_advantages', 'grpo_loss', 'aggregate', 'load_planner', 'lora_config', 'grpo_config', 'step_success',
-           'train_grpo', 'recording_trainer', 'reference_loss']
+           'group_advantages', 'grpo_loss', 'aggregate', 'load_planner', 'freeze_vision_tower', 'lora_config',
+           'grpo_config', 'step_success', 'train_grpo', 'recording_trainer', 'reference_loss']
 
 # %% ../nbs/14_grpo.ipynb #f5bdea7a
 import asyncio, io, json, logging, math, time
@@ -191,6 +191,12 @@ def load_planner(model_dir:Path|str):
     patch_qwen_vl_processors_without_video()
     return AutoModelForImageTextToText.from_pretrained(str(model_dir)), AutoProcessor.from_pretrained(str(model_dir))
 
+def freeze_vision_tower(model):
+    "Stop gradients to a Qwen2.5-VL's vision tower (full fine-tuning of the language side only); returns the model"
+    for n, p in model.named_parameters():
+        if '.visual.' in f'.{n}': p.requires_grad_(False)
+    return model
+
 def lora_config(r:int=16, alpha:int=32, dropout:float=0.0):
     "LoRA on the language model's attention projections (the vision tower and lm_head stay frozen)"
     from peft import LoraConfig
@@ -248,9 +254,7 @@ def train_grpo(dataset,                   # a GRPO dataset (`build_grpo_dataset`
     from trl import GRPOTrainer
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     model, proc = load_planner(model_dir)
-    if not lora and freeze_vision:
-        for n, p in model.named_parameters():
-            if '.visual.' in f'.{n}': p.requires_grad_(False)
+    if not lora and freeze_vision: freeze_vision_tower(model)
     cfg = grpo_config(out, preset, **kw)
     tr = (trainer_cls or GRPOTrainer)(model=model, reward_funcs=[reward], args=cfg, train_dataset=dataset, processing_class=proc,
                                       peft_config=lora_config() if lora else None)

@@ -4,8 +4,9 @@
 
 # %% auto #0
 __all__ = ['ROWS', 'MiniConfig', 'stage', 'stage_times', 'check_params', 'split_tasks', 'template_oracle', 'template_families',
-           'template_tasks', 'rollout', 'judge_vs_checker', 'judge', 'planner_texts', 'build_planner', 'train_planner',
-           'reproduces', 'train_specialist', 'explore', 'train_tiny_judge', 'run_miniature', 'eval_records']
+           'template_tasks', 'miniature_tasks', 'rollout', 'judge_vs_checker', 'judge', 'planner_texts',
+           'build_planner', 'train_planner', 'reproduces', 'train_specialist', 'explore', 'train_tiny_judge',
+           'run_miniature', 'eval_records']
 
 # %% ../nbs/17_pipeline.ipynb #5ad6a52d
 import json, random, shutil, time
@@ -175,6 +176,19 @@ def template_tasks(apps:Sequence, per_app:int, seed:int|str=0, avoid:Sequence=()
         out += kept
     return out
 
+# %% ../nbs/17_pipeline.ipynb #b75e60c3
+def miniature_tasks(cfg:MiniConfig)->dict:
+    "The tasks of one miniature run: the seed, train and test splits, and the demonstrated, held-out, explored and judge-training generated tasks"
+    apps = list(cfg.apps)
+    test = split_tasks('test', apps, cfg.test_tasks, cfg.seed)
+    demos = template_families(apps, cfg.demos, f'{cfg.seed}-demos', avoid=test, oracle=True) if cfg.demos else []
+    held = template_families(apps, cfg.heldout, f'{cfg.seed}-heldout', avoid=test + demos) if cfg.heldout else []   # neither demonstrated nor explored
+    gen = template_tasks(apps, cfg.generated, cfg.seed, avoid=test + held)   # never a held-out task (test or generated), reworded
+    taken = {t.instruction for t in gen + demos + held}                        # the judge's: another draw, none explored, held out or demonstrated
+    judge = [t for t in template_tasks(apps, cfg.judge_generated, f'{cfg.seed}-judge', avoid=test, oracle=True) if t.instruction not in taken]
+    return dict(seed=split_tasks('seed', apps), train=split_tasks('train', apps, cfg.train_tasks, cfg.seed), test=test,
+                demos=demos, heldout=held, generated=gen, judge=judge)
+
 # %% ../nbs/17_pipeline.ipynb #34b858b7
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` (with copy slots if `cfg.slots`) and the grounder into `run` (resumable); returns `evaluate`'s dict"
@@ -321,10 +335,8 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
     root = cfg.root
     if fresh and root.exists(): shutil.rmtree(root)
     check_params(root, {k: v for k, v in asdict(cfg).items() if k not in ('run', 'workers')})   # refuses other settings
-    M, apps = root/'models', list(cfg.apps)
-    seed, train = split_tasks('seed', apps), split_tasks('train', apps, cfg.train_tasks, cfg.seed)
-    test = split_tasks('test', apps, cfg.test_tasks, cfg.seed)
-    demo_tasks = template_families(apps, cfg.demos, f'{cfg.seed}-demos', avoid=test, oracle=True) if cfg.demos else []
+    M, apps, T = root/'models', list(cfg.apps), miniature_tasks(cfg)
+    seed, train, test, demo_tasks, held, gen = (T[k] for k in ('seed', 'train', 'test', 'demos', 'heldout', 'generated'))
     demos = [root/'seed'] + ([root/'demos'] if demo_tasks else [])
     with stage(root, 'seed_demos', log=log) as s:
         if not s['skipped']:
@@ -339,19 +351,14 @@ def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=prin
             s.update(train_planner(cfg, demos, 'checker', M/'random', M/'baseline', cfg.boot_steps, cfg.boot_lr))
             s['reproduces_seed_turns'] = reproduces(M/'baseline', root/'seed', slots=cfg.slots)   # below ~1: the planner ignores its prompt
     with stage(root, 'generate', log=log) as s:
-        held = template_families(apps, cfg.heldout, f'{cfg.seed}-heldout', avoid=test + demo_tasks) if cfg.heldout else []   # neither demonstrated nor explored
-        gen = template_tasks(apps, cfg.generated, cfg.seed, avoid=test + held)   # never a held-out task (test or generated), reworded
-        seen = {t.instruction for t in gen + demo_tasks}
         if not s['skipped']: s['tasks'], s['heldout'] = [t.instruction for t in gen], [t.instruction for t in held]
     explore_tasks = lambda app=None: ([t for t in train if app in (None, t.app)], [t for t in gen if app in (None, t.app)])
     with stage(root, 'judge_model', log=log) as s:
         if not s['skipped']:
             if cfg.judge_dir: judge_dir = Path(cfg.judge_dir)
-            else:   # the judge's generated tasks: another draw, none of them explored, held out or demonstrated
-                taken = seen | {t.instruction for t in held}
-                jt = [t for t in template_tasks(apps, cfg.judge_generated, f'{cfg.seed}-judge', avoid=test, oracle=True) if t.instruction not in taken]
-                judge_dir = train_tiny_judge(cfg, root, train, jt, seed + demo_tasks + jt, progress)
-                s['judge_generated'] = [t.instruction for t in jt]
+            else:
+                judge_dir = train_tiny_judge(cfg, root, train, T['judge'], seed + demo_tasks + T['judge'], progress)
+                s['judge_generated'] = [t.instruction for t in T['judge']]
             s['judge'] = str(judge_dir.relative_to(root) if judge_dir.is_relative_to(root) else judge_dir)   # the folder can move
     judge_dir = root/s['judge']   # (an absolute path stays as it is)
     with stage(root, 'explore_baseline', log=log) as s:

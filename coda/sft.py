@@ -14,7 +14,7 @@ from typing import Sequence
 from PIL import Image
 from .store import RunStore, read_jsonl
 from .judge import read_judgments
-from .grpo import replay, to_trl_prompt
+from .grpo import replay, to_trl_prompt, freeze_vision_tower
 log = logging.getLogger(__name__)
 
 # %% ../nbs/15_sft.ipynb #c6169909
@@ -191,9 +191,7 @@ def sft_trainer(dataset,                         # rows with `messages` and `ima
     if lora:
         from peft import LoraConfig
         peft_config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type='CAUSAL_LM', target_modules=target_modules)
-    elif freeze_vision:
-        for n, p in model.named_parameters():
-            if '.visual.' in f'.{n}': p.requires_grad_(False)
+    elif freeze_vision: freeze_vision_tower(model)
     args = SFTConfig(output_dir=str(out_dir), max_steps=max_steps, num_train_epochs=epochs, learning_rate=lr or (1e-4 if lora else 1e-5),
                      per_device_train_batch_size=per_device_train_batch_size, gradient_accumulation_steps=grad_accum,
                      assistant_only_loss=True, max_length=max_length, use_cpu=on_cpu, bf16=bf16, activation_checkpointing=checkpointing,

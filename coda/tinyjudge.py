@@ -42,12 +42,8 @@ def _wrong_text(text:str, rng:random.Random)->str:
     "Typed text with one value changed: a number made a nearby one, else the first word reversed (a trailing Enter kept)"
     body, enter = (text[:-1], '\n') if text.endswith('\n') else (text, '')
     nums = list(re.finditer(r'\d+(?:\.\d+)?', body))
-    if nums:
-        m = rng.choice(nums)
-        return body[:m.start()] + _wrong_answer(m[0], rng) + body[m.end():] + enter
-    m = re.search(r'[A-Za-z]{2,}', body)
-    if m: return body[:m.start()] + _wrong_answer(m[0], rng) + body[m.end():] + enter
-    return body + 'X' + enter
+    m = rng.choice(nums) if nums else re.search(r'[A-Za-z]{2,}', body)
+    return (body[:m.start()] + _wrong_answer(m[0], rng) + body[m.end():] if m else body + 'X') + enter
 
 def noisy_plan(task,                    # a task with an oracle in `task.extra['oracle']`
                p_fail:float=0.5,        # probability that the planner makes a mistake
