@@ -18,7 +18,7 @@ It prints, per planner and temperature, the successes on the fresh tasks. Two pl
 import argparse, os, subprocess, sys, time
 from pathlib import Path
 
-from coda.slots import slot_values, delex, delex_sft_row, SlotChat   # the same mapping as the miniature's (MiniConfig.slots)
+from coda.mini.slots import slot_values, delex, delex_sft_row, SlotChat   # the same mapping as the miniature's (MiniConfig.slots)
 
 def family_tasks(seed:int, per_app:int, test:list)->list:
     "Generated tasks of the five families with a template oracle (`coda.pipeline.template_oracle`), each with its oracle"
@@ -30,11 +30,12 @@ def family_tasks(seed:int, per_app:int, test:list)->list:
 def run(out:Path, slots:bool, data:str, steps:int, demos:int=30):
     "Bootstrap one planner into `out` (resumable) and evaluate it; prints its successes"
     from coda.pipeline import MiniConfig, split_tasks, template_tasks, build_planner
-    from coda.miniature import record_demonstrations, checker_judgments
+    from coda.mini.oracle import record_demonstrations
+from coda.judge import checker_judgments
     from coda.sft import sft_examples, rows_to_dataset, train_sft
     from coda.envs.scidesk import SciDesk
     from coda.models import LocalChat
-    from coda.grounder import A11yGrounder
+    from coda.mini.grounder import A11yGrounder
     from coda.rollout import evaluate
     cfg, t0 = MiniConfig(run=str(out), workers=1), time.time()
     apps = list(cfg.apps)

@@ -5,8 +5,9 @@
 # %% auto #0
 __all__ = ['PRESETS', 'PAPER_TABLE2', 'Verdict', 'parse_verdict', 'Labels', 'label_steps', 'sample_frames', 'Trajectory',
            'load_trajectory', 'resize_png', 'judge_messages', 'Vote', 'JudgeConfig', 'preset', 'Decision', 'Judge',
-           'Ensemble', 'judgment_path', 'read_judgments', 'judge_run', 'judge_labels', 'judge_eval', 'judge_comparison',
-           'arb_data_dir', 'arb_annotations', 'download_arb', 'load_arb_trajectory', 'arb_trajectory_path', 'arb_judge']
+           'Ensemble', 'judgment_path', 'read_judgments', 'judge_run', 'checker_judgments', 'judge_labels',
+           'judge_eval', 'judge_comparison', 'arb_data_dir', 'arb_annotations', 'download_arb', 'load_arb_trajectory',
+           'arb_trajectory_path', 'arb_judge']
 
 # %% ../nbs/11_judge.ipynb #35ca51cc
 import ast, asyncio, io, json, re, time
@@ -291,6 +292,21 @@ async def judge_run(run:Path|str,       # a run folder (coda.store)
     finally: bar.close()
     if errors: print(f"{len(errors)} episode(s) could not be judged (left for the next run); first: {errors[0]}")
     return counts
+
+# %% ../nbs/11_judge.ipynb #33b35b3a
+def checker_judgments(run:Path|str, name:str='checker')->int:
+    "File the checkers' outcomes of every finished episode as judgments named `name`; returns how many"
+    n = 0
+    for e in RunStore(run).episodes(finished_only=True):
+        m, r = e['meta'], e['result']
+        ok = (r.get('score') or 0) >= 1 and r.get('status') == 'done'
+        steps = len(e['steps'])
+        rec = dict(key=[m['app'], m['task'], m['sample']], judge=name, accepted=ok, label=int(ok), votes=[],
+                   labels=dict(positives=list(range(steps)) if ok else [], negative=None, clean_success=ok),
+                   n_steps=steps, score=r.get('score'), status=r.get('status'))
+        p = judgment_path(run, name, (m['app'], m['task'], m['sample'])); p.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(p, json.dumps(rec, indent=1).encode()); n += 1
+    return n
 
 # %% ../nbs/11_judge.ipynb #9c0321c2
 def judge_labels(run:Path|str, name:str)->tuple:

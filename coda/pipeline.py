@@ -28,7 +28,7 @@ class MiniConfig:
     hidden: int = 128               # tiny planner: text hidden size
     layers: int = 4                 # tiny planner: decoder layers
     vocab: int = 4096               # tiny planner: domain tokenizer size
-    slots: bool = True              # the planner (and the judge) read and write copy slots for the instruction's values (coda.slots)
+    slots: bool = True              # the planner (and the judge) read and write copy slots for the instruction's values (coda.mini.slots)
     demos: int = 1                  # demonstrations per generated-task family with a known procedure, bootstrapped on with the seed demos
     boot_steps: int = 450           # bootstrap SFT steps on the demonstrations (150 left it answering every prompt alike)
     boot_lr: float = 2e-3           # bootstrap learning rate (full fine-tuning of a random model)
@@ -38,7 +38,7 @@ class MiniConfig:
     generated: int = 6              # generated (template) tasks per app for exploration
     generated_samples: int = 4      # samples per generated task in exploration
     judge: str = 'coda'             # judge preset used on exploration runs (voting@4)
-    judge_dir: str = ''             # a trained judge model; '' trains one in this run (coda.tinyjudge)
+    judge_dir: str = ''             # a trained judge model; '' trains one in this run (coda.mini.tinyjudge)
     oracle_ablation: bool = True    # also run Stage 1 and 2 learning from the checkers' verdicts instead of the judge's (rows *_oracle)
     judge_runs: int = 3             # noisy-oracle runs of the train tasks the judge learns from (each with other mistakes)
     judge_generated: int = 8        # generated tasks per app with a known procedure whose noisy-oracle runs the judge also learns from
@@ -193,14 +193,14 @@ def miniature_tasks(cfg:MiniConfig)->dict:
 def rollout(cfg:MiniConfig, model_dir:Path, tasks:Sequence, run:Path, n:int, progress:bool=True, name:str='')->dict:
     "Run `n` samples of every task with the planner in `model_dir` (with copy slots if `cfg.slots`) and the grounder into `run` (resumable); returns `evaluate`'s dict"
     from coda.models import LocalChat
-    from coda.grounder import A11yGrounder
+    from coda.mini.grounder import A11yGrounder
     from coda.rollout import evaluate
     from coda.envs.scidesk import SciDesk
     import torch
     torch.manual_seed(cfg.seed)
     planner = LocalChat(model_dir, defaults=dict(temperature=cfg.temperature), seed=cfg.seed)
     if cfg.slots:
-        from coda.slots import SlotChat
+        from coda.mini.slots import SlotChat
         planner = SlotChat(planner)
     return evaluate(list(tasks), SciDesk, planner, A11yGrounder(), run, n=n, workers=cfg.workers, config=cfg.agent(),
                     ks=(1,), progress=progress, seed=cfg.seed, run_info={'planner': str(model_dir), 'executor': 'a11y-grounder', 'stage': name})
@@ -216,7 +216,7 @@ def judge_vs_checker(runs:Sequence, name:str='tinyjudge')->dict:
 
 def judge(cfg:MiniConfig, run:Path, judge_dir:Path, name:str='tinyjudge', progress:bool=True)->list:
     "The tiny judge's decisions (preset `cfg.judge`) on every episode of `run`, filed under `name`"
-    from coda.tinyjudge import tiny_judge_chat
+    from coda.mini.tinyjudge import tiny_judge_chat
     from coda.judge import Judge, judge_run, preset, read_judgments
     from coda.agent import run_sync
     j = Judge(tiny_judge_chat(judge_dir, seed=cfg.seed), preset(cfg.judge, max_tokens=96, max_frames=cfg.judge_frames), name=name)
@@ -229,7 +229,7 @@ def planner_texts(seed_runs:Sequence, tasks:Sequence, slots:bool=False)->list:
     from coda.grpo import replay
     from coda.prompts import _text
     from coda.envs.scidesk import SciDesk
-    from coda.slots import slot_values, delex
+    from coda.mini.slots import slot_values, delex
     def as_read(text, instruction): return delex(text, slot_values(instruction)) if slots else text
     out = []
     for run in [seed_runs] if isinstance(seed_runs, (str, Path)) else seed_runs:
@@ -252,7 +252,7 @@ def build_planner(cfg:MiniConfig, texts:list, out:Path)->Path:
 def train_planner(cfg:MiniConfig, runs:Sequence, judgments:str, base:Path, out:Path, steps:int, lr:float, replay:Sequence=())->dict:
     "SFT of `base` on the judged clean successes of `runs` (and the checker-passed episodes of `replay`) into `out` (full fine-tuning, vision frozen; rows with copy slots if `cfg.slots`); what it trained on"
     from coda.sft import sft_examples, rows_to_dataset, train_sft
-    from coda.slots import delex_sft_row
+    from coda.mini.slots import delex_sft_row
     rows, counts = sft_examples(list(runs), judgments)
     if not rows: raise ValueError(f"no clean successes judged by {judgments!r} in {list(runs)}")
     old = sft_examples(list(replay), 'checker')[0] if replay else []   # demonstrations trained on again, beside the new rows
@@ -267,7 +267,7 @@ def reproduces(model_dir:Path, run:Path, judgments:str='checker', limit:int|None
     from coda.grpo import replay
     from coda.judge import read_judgments
     from coda.agent import run_sync
-    from coda.slots import SlotChat
+    from coda.mini.slots import SlotChat
     chat, store, hits, n = LocalChat(model_dir), RunStore(run), 0, 0
     if slots: chat = SlotChat(chat)
     for j in read_judgments(run, judgments):
@@ -283,8 +283,8 @@ def reproduces(model_dir:Path, run:Path, judgments:str='checker', limit:int|None
 def train_specialist(cfg:MiniConfig, app:str, runs:Sequence, judgments:str, base:Path, out:Path)->dict:
     "Decoupled GRPO of `base` on one app's judge-positive steps; the merged specialist goes to `out/model`"
     from coda.grpo import build_grpo_dataset, train_grpo, DecoupledReward, step_success
-    from coda.slots import SlotReward, delex_grpo_row
-    from coda.grounder import A11yGrounder
+    from coda.mini.slots import SlotReward, delex_grpo_row
+    from coda.mini.grounder import A11yGrounder
     from coda.sft import merge_lora
     try: ds = build_grpo_dataset(list(runs), judgments, apps=[app])
     except ValueError as e:
@@ -309,16 +309,16 @@ ROWS = ('baseline', 'stage1', 'stage2')   # Table 1's rows, in order (then the o
 
 def explore(cfg:MiniConfig, model_dir:Path, train:Sequence, gen:Sequence, run:Path, progress:bool=True, name:str=''):
     "One exploration run: `explore_samples` samples of each train task and `generated_samples` of each generated task, with checker judgments"
-    from coda.miniature import checker_judgments
+    from coda.judge import checker_judgments
     if train: rollout(cfg, model_dir, train, run, cfg.explore_samples, progress, name)
     if gen: rollout(cfg, model_dir, gen, run, cfg.generated_samples, progress, name)
     checker_judgments(run)
 
 def train_tiny_judge(cfg:MiniConfig, root:Path, train:Sequence, judge_tasks:Sequence, own_tasks:Sequence, progress:bool=True)->Path:
-    "The miniature's judge (coda.tinyjudge), trained on checker-labelled runs: noisy-oracle runs of the train tasks and of generated tasks (`judge_tasks`), and the baseline planner's own runs of `own_tasks`"
-    from coda.tinyjudge import record_mixed, train_judge
+    "The miniature's judge (coda.mini.tinyjudge), trained on checker-labelled runs: noisy-oracle runs of the train tasks and of generated tasks (`judge_tasks`), and the baseline planner's own runs of `own_tasks`"
+    from coda.mini.tinyjudge import record_mixed, train_judge
     from coda.judge import preset
-    from coda.miniature import checker_judgments
+    from coda.judge import checker_judgments
     D = root/'judge_data'
     runs = [D/str(i) for i in range(cfg.judge_runs)]   # the train tasks, each run with other mistakes
     for i, r in enumerate(runs): record_mixed(train, r, p_fail=0.5, seed=1000 * cfg.seed + i, workers=cfg.workers)
@@ -331,7 +331,7 @@ def train_tiny_judge(cfg:MiniConfig, root:Path, train:Sequence, judge_tasks:Sequ
 
 def run_miniature(cfg:MiniConfig, fresh:bool=False, progress:bool=True, log=print)->dict:
     "Run (or resume) the whole CPU miniature into `cfg.root`; returns the folders and the evaluation runs"
-    from coda.miniature import record_demonstrations, checker_judgments
+    from coda.mini.oracle import record_demonstrations, checker_judgments
     root = cfg.root
     if fresh and root.exists(): shutil.rmtree(root)
     check_params(root, {k: v for k, v in asdict(cfg).items() if k not in ('run', 'workers')})   # refuses other settings

@@ -4,7 +4,7 @@ import pytest
 from agent_fixtures import ScriptedServer
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
-from coda.grounder import A11yGrounder, step_thought
+from coda.mini.grounder import A11yGrounder, step_thought
 from coda.models import OpenAIChat
 
 def planner_policy(task):

@@ -5,7 +5,8 @@ import time
 from coda.envs.scidesk import scidesk_tasks
 from coda.judge import read_judgments, judge_labels
 from coda.metrics import judge_prf
-from coda.miniature import record_demonstrations, checker_judgments, OraclePlanner
+from coda.mini.oracle import record_demonstrations, OraclePlanner
+from coda.judge import checker_judgments
 from coda.grpo import build_grpo_dataset
 
 def test_every_oracle_through_the_agent(tmp_path):

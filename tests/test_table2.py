@@ -61,7 +61,7 @@ def test_table2_refuses_other_settings_in_the_same_run(tmp_path):
 def test_table2_paper_scale_path_uses_a_served_judge_on_a_given_run(tmp_path, served, tiny):
     "The paper-scale branch (a judge behind an OpenAI-compatible server, a given checker-scored run) on a tiny served model"
     from coda.envs.scidesk import scidesk_tasks
-    from coda.tinyjudge import record_mixed
+    from coda.mini.tinyjudge import record_mixed
     record_mixed([t for t in scidesk_tasks() if t.split == 'test'][:4], tmp_path/'eval', seed=5)
     _run(tmp_path, judge_url=served, judge_model=str(tiny), eval_run=str(tmp_path/'eval'), judge_max_tokens=8, bootstrap=50)
     t = pd.read_csv(tmp_path/'fig'/'table2.csv', index_col=0)

@@ -47,7 +47,7 @@ def table2_judges(chat,                      # a chat backend (LocalChat, OpenAI
                   max_frames:int|None=None,  # keyframes per request (None: the presets'; a tiny judge is asked as it learnt)
                  )->dict: # judge name -> Judge or Ensemble
     "Table 2's judges over one backend: single, coda (voting@4), coda-multires, and the AND of single and coda-multires"
-    from coda.tinyjudge import VoteSeeds
+    from coda.mini.tinyjudge import VoteSeeds
     kw = {k: v for k, v in dict(max_tokens=max_tokens, max_frames=max_frames).items() if v is not None}
     mk = lambda name: Judge(VoteSeeds(chat, seed), preset(name, **kw), name=name)
     return {'single': mk('single'), 'coda': mk('coda'), 'coda-multires': mk('coda-multires'),
