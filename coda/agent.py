@@ -96,6 +96,12 @@ class Agent:
         rec.update(executor=raw, executor_attempts=attempt + 1, executor_s=round(secs, 4))
         return raw, [a for a in acts if a.kind != 'invalid']
 
+    async def _score(self, env)->dict:
+        "The environment's verdict: a score, `unscored` (evaluate() gave None: the task has no checks), or an error"
+        try: score, _ = await self._env(env.evaluate)
+        except Exception as e: return dict(status='error', score=0.0, reason=f'evaluate failed: {type(e).__name__}: {e}')
+        return dict(status='unscored', score=None) if score is None else dict(score=float(score))
+
     async def run(self, env, task,
                   on_step:Callable|None=None, # called with (record, png bytes or None) after every step
                   on_final:Callable|None=None, # called with the last screenshot's png bytes (the state the episode ended in)
@@ -161,9 +167,6 @@ class Agent:
         if on_final and stop != 'ERROR' and obs is not None and obs.screenshot is not None: on_final(obs.png())  # before evaluate touches the app
         res = dict(stop=stop, answer=answer, steps=i + 1, reason=reason, status='done', score=0.0)
         if stop == 'ERROR': res['status'] = 'error'
-        else:
-            try: res['score'], _ = await self._env(env.evaluate)
-            except Exception as e: res.update(status='error', reason=f'evaluate failed: {type(e).__name__}: {e}')
-            res['score'] = float(res['score'])
+        else: res.update(await self._score(env))
         res['seconds'] = round(time.perf_counter() - t_start, 3)
         return res

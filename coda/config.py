@@ -16,7 +16,7 @@ from .paths import SETTINGS, from_root
 class Settings:
     "Run settings; see `settings.ini` for values and `get_settings` for precedence"
     planner_url: str = 'http://127.0.0.1:8000/v1' # OpenAI-compatible endpoint of the planner (Cerebrum), e.g. vLLM `serve`
-    planner_model: str = 'qwen32b'                 # model name the planner server serves (CODA: Qwen2.5-VL-32B fine-tune)
+    planner_model: str = 'coda-planner'            # model name the planner server serves (`coda serve`: CODA's released planner)
     executor_url: str = 'http://127.0.0.1:8001/v1' # OpenAI-compatible endpoint of the executor (Cerebellum)
     executor_model: str = 'tars1.5-grounding'      # model name of the executor (CODA: UI-TARS-1.5-7B)
     judge_url: str = 'http://127.0.0.1:8002/v1'    # OpenAI-compatible endpoint of the trajectory judge

@@ -46,7 +46,9 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
                 res, env = await episode(w, env, task, sample, attempt)
                 if res.get('status') != 'error': break
             results.append(res)
-            wins[0] += (res.get('score') or 0) >= 1; wins[1] += 1
+            if res.get('status') != 'unscored':               # a task without checks is no success and no failure
+                wins[0] += res.get('status') == 'done' and (res.get('score') or 0) >= 1
+                wins[1] += 1
             bar.set_postfix_str(f"success {wins[0]}/{wins[1]} this session"); bar.update(1)
         if env is not None: await asyncio.to_thread(_close, env)
 
@@ -70,7 +72,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
         else: writer.finish(res)
         if res.get('status') == 'timeout' and env is not None:  # its thread may still be busy: close it in the background
             asyncio.get_running_loop().run_in_executor(None, _close, env); env = None
-        elif res.get('status') != 'done' and env is not None:
+        elif res.get('status') not in ('done', 'unscored') and env is not None:
             await asyncio.to_thread(_close, env); env = None
         return res, env
     try: await asyncio.gather(*(worker(w) for w in range(max(1, min(workers, len(todo) or 1)))))

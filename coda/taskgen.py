@@ -6,16 +6,18 @@
 __all__ = ['KNOWN_APPS', 'MAX_SEEDS', 'DEFAULT_STEPS', 'MIN_LEN', 'MAX_LEN', 'MAX_REPLY', 'STOPWORDS', 'TEMPLATES', 'seed_list',
            'taskgen_messages', 'opening_screenshot', 'read_json', 'parse_tasks', 'normalise', 'similarity',
            'dedup_tasks', 'task_id', 'to_task', 'Template', 'match_template', 'make_checkable', 'checkable_tasks',
-           'TaskgenReport', 'generate_tasks', 'save_tasks']
+           'TaskgenReport', 'generate_tasks', 'save_tasks', 'task_list', 'generate_app_tasks', 'opening_screen',
+           'add_generate_args', 'run_generate_command']
 
 # %% ../nbs/12_taskgen.ipynb #2317e281
 import ast, hashlib, json, re, unicodedata
+from typing import Sequence
 from .actions import literal_eval
 from dataclasses import dataclass, field
 from pathlib import Path
 from .prompts import TASKGEN_PROMPT
 from .models import ModelError
-from .tasks import Task, check, validate, CheckError, CODA_APPS
+from .tasks import Task, check, validate, CheckError, CODA_APPS, load_tasks
 from .envs.scidesk import APPS as SCIDESK_APPS, app_class, oracle_actions
 
 # %% ../nbs/12_taskgen.ipynb #06debee9
@@ -292,8 +294,10 @@ class TaskgenReport:
     reasons: list = field(default_factory=list)     # why proposals were rejected or dropped
     errors: list = field(default_factory=list)      # model errors of later rounds
     seconds: float = 0.0           # model time
+    existing: int = 0              # tasks already in the output folder (`generate_app_tasks` resuming)
     def summary(self)->str:
-        return (f"{self.app}: {self.rounds} round(s), {self.unreadable} unreadable, {self.proposed} proposed, {self.invalid} invalid, "
+        return (f"{self.app}: " + (f"{self.existing} already there, " if self.existing else '') +
+                f"{self.rounds} round(s), {self.unreadable} unreadable, {self.proposed} proposed, {self.invalid} invalid, "
                 f"{self.duplicates} duplicates, {self.kept} kept ({self.checkable} checkable)" + (f", errors: {self.errors}" if self.errors else ''))
 
 async def generate_tasks(model,                 # a `coda.models` chat backend (the teacher)
@@ -345,3 +349,104 @@ def save_tasks(tasks:list,        # Tasks
         p.write_text(json.dumps(t.to_dict(), indent=1, ensure_ascii=False) + '\n')
         out.append(p)
     return out
+
+# %% ../nbs/12_taskgen.ipynb #5a602d4b
+def task_list(items:Sequence, # Tasks, instruction strings, or paths of task files / folders (coda.tasks.load_tasks)
+              app:str,        # keep the tasks of this app (strings are kept as they are)
+             )->list: # Tasks and strings
+    "The known tasks of `app` in a mix of Tasks, instructions and task files or folders"
+    out = []
+    for x in items or []:
+        if isinstance(x, Path) or (isinstance(x, str) and Path(x).exists()): out += load_tasks(x, apps=[app])
+        elif isinstance(x, Task): out += [x] if x.app == app else []
+        else: out.append(x)
+    return out
+
+async def generate_app_tasks(teacher,            # the teacher: a `coda.models` chat backend (`OpenAIChat` for a served model)
+                             app:str,            # the app, one of `KNOWN_APPS`
+                             out:Path|str,       # the task folder: files go to <out>/<app>/<id>.json; those already there count as known
+                             seeds:Sequence=(),  # known tasks shown to the teacher (see `task_list`)
+                             avoid:Sequence=(),  # known tasks only de-duplicated against, never shown (an evaluation set)
+                             screenshot=None,    # the opening screen: PIL image, PNG bytes, or a function making one (called only to ask); None: none
+                             n:int=10,           # tasks asked for per round
+                             rounds:int=1,       # rounds at most; the stage wants n * rounds tasks of the app in `out`
+                             **kw,               # `generate_tasks`' other arguments: temperature, max_steps, max_tokens, description, ...
+                            )->tuple: # (the app's tasks in `out`, old and new; the TaskgenReport of this call)
+    "Generate tasks for one app into a task folder until it holds n * rounds of them; resumable"
+    folder = Path(out)/app
+    have = load_tasks(folder, apps=[app]) if folder.exists() else []
+    left = -(-(n * rounds - len(have)) // n)        # rounds still wanted (ceil)
+    if left <= 0: return have, TaskgenReport(app=app, existing=len(have), kept=0)
+    if callable(screenshot): screenshot = screenshot()
+    tasks, rep = await generate_tasks(teacher, app, task_list(seeds, app) + have, screenshot, n=n, rounds=min(left, rounds),
+                                      existing=task_list(avoid, app), **kw)
+    rep.existing = len(have)
+    save_tasks(tasks, out)
+    return sorted(have + tasks, key=lambda t: t.key), rep
+
+# %% ../nbs/12_taskgen.ipynb #3c05d210
+def opening_screen(app:str,           # the app
+                   env:str='scidesk', # the environment that opens apps scidesk does not render (a registered name or module:callable)
+                   **env_kw,          # options for that environment
+                  )->object: # a PIL image
+    "The app's screen as it opens: scidesk's own rendering, else `env` reset on a task of the app with no set-up"
+    if env == 'scidesk' and app in SCIDESK_APPS: return opening_screenshot(app)
+    from coda.envs.core import make_env
+    e = make_env(env, **env_kw)
+    try: return e.reset(Task(id='opening', app=app, instruction=f'Open {app}.', steps=1)).screenshot
+    finally: e.close()
+
+# %% ../nbs/12_taskgen.ipynb #b1b5c439
+def add_generate_args(p):
+    "Add `coda generate`'s arguments to an argparse parser"
+    p.add_argument('--app', action='extend', nargs='+', required=True, help='apps to generate tasks for (repeatable)')
+    p.add_argument('--teacher-url', required=True, help="the teacher's OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument('--teacher-model', required=True, help='the model name the teacher server serves')
+    p.add_argument('--api-key', help='API key (default: settings)')
+    p.add_argument('--n', type=int, default=10, help='tasks asked for per round (default 10)')
+    p.add_argument('--rounds', type=int, default=1, help='rounds at most; the stage wants n * rounds tasks per app in --out (default 1)')
+    p.add_argument('--seeds', nargs='+', help="task files or folders shown to the teacher (default: a scidesk app's seed and train tasks)")
+    p.add_argument('--avoid', nargs='+', default=[], help="more task files or folders, de-duplicated against, never shown (as a scidesk app's test tasks)")
+    p.add_argument('--screenshot', choices=['none', 'opening'], default='opening', help="show the teacher the app's opening screen (default) or none")
+    p.add_argument('--env', default='scidesk', help='the environment that opens apps scidesk does not render, e.g. desktop (default scidesk)')
+    p.add_argument('--out', required=True, help="the task folder: <out>/<app>/<id>.json in ScienceBoard's format; tasks already there count")
+    p.add_argument('--max-steps', type=int, default=15, help='the largest step budget a task may ask for (default 15)')
+    p.add_argument('--temperature', type=float, default=1.0, help="the teacher's sampling temperature (default 1.0, SEAgent's)")
+    p.add_argument('--max-tokens', type=int, default=2048, help='completion limit per request (default 2048)')
+    return p
+
+def _app_sets(a, app:str)->tuple:
+    "(seeds shown, tasks avoided) for one app: the given ones, or a scidesk app's seed and train tasks; its test tasks always avoided"
+    from coda.envs.scidesk import scidesk_tasks
+    own = scidesk_tasks([app]) if app in SCIDESK_APPS else []
+    seeds = list(a.seeds) if a.seeds else [t for t in own if t.split != 'test']
+    return seeds, list(a.avoid) + [t for t in own if t.split == 'test']
+
+# %% ../nbs/12_taskgen.ipynb #639ecafa
+def run_generate_command(a)->dict:
+    "Run `coda generate` from parsed arguments: per app, the teacher's tasks into --out; prints each report and where the files went"
+    from coda.agent import run_sync
+    from coda.config import get_settings
+    from coda.models import OpenAIChat
+    for x in [*(a.seeds or []), *a.avoid]:
+        if not Path(x).exists(): raise SystemExit(f"no such task file or folder: {x}")
+    if bad := [app for app in a.app if app not in KNOWN_APPS]: raise SystemExit(f"unknown app(s) {bad}; known: {', '.join(KNOWN_APPS)}")
+    async def go(teacher, app):
+        seeds, avoid = _app_sets(a, app)
+        shot = (lambda: opening_screen(app, a.env)) if a.screenshot == 'opening' else None   # opened only if the teacher is asked
+        return await generate_app_tasks(teacher, app, a.out, seeds, avoid, shot, n=a.n, rounds=a.rounds, temperature=a.temperature,
+                                        max_steps=a.max_steps, max_tokens=a.max_tokens)
+    async def every_app():
+        teacher = OpenAIChat(a.teacher_url, a.teacher_model, api_key=a.api_key or get_settings().api_key)
+        out = {}
+        try:
+            for app in a.app:
+                try: out[app] = await go(teacher, app)
+                except ModelError as e: raise SystemExit(f"{app}: {e}")
+                tasks, rep = out[app]
+                print(rep.summary())
+                checked = sum(bool(t.evaluate) for t in tasks)
+                print(f"{len(tasks)} task file(s) of {app} in {Path(a.out)/app} ({rep.kept} new, {checked} with a checker)")
+        finally: await teacher.aclose()
+        return out
+    return run_sync(every_app())

@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['MAX_DEPTH', 'MAX_NODES', 'MAX_STEPS', 'MAX_LEN', 'MAX_TEXT', 'MAX_PATTERN', 'MAX_BITS', 'ARITY', 'STOPS',
-           'STOP_ITEMS', 'MAX_SRC', 'MAX_AST', 'TRANSLATORS', 'CODA_APPS', 'CheckError', 'is_op', 'validate', 'check',
-           'run_checks', 'TaskError', 'Task', 'load_task', 'load_tasks', 'Untranslatable', 'translate_lambda',
-           'point_key', 'gcmd_key', 'translate_item', 'translate_task', 'native_support', 'scienceboard_tasks',
-           'scienceboard_report']
+           'STOP_ITEMS', 'NO_CHECKS', 'MAX_SRC', 'MAX_AST', 'TRANSLATORS', 'CODA_APPS', 'CheckError', 'is_op',
+           'validate', 'check', 'run_checks', 'TaskError', 'Task', 'load_task', 'load_tasks', 'Untranslatable',
+           'translate_lambda', 'point_key', 'gcmd_key', 'translate_item', 'translate_task', 'native_support',
+           'scienceboard_tasks', 'scienceboard_report']
 
 # %% ../nbs/06_tasks.ipynb #2085a2ac
 import ast, copy, json, math, re
@@ -338,6 +338,7 @@ def check(expr,          # a checker expression
 # %% ../nbs/06_tasks.ipynb #64f8e5e4
 STOPS = ('DONE', 'ANS', 'FAIL', 'BUDGET', 'STUCK', 'ERROR', 'TIMEOUT')  # how an episode can end (coda.agent)
 STOP_ITEMS = ('DONE', 'FAIL', 'ANS')                                   # what a `stop` item may ask for
+NO_CHECKS = 'no checks: a task without evaluate items is unscored, never passed'
 
 def run_checks(items:list,       # a task's `evaluate` items
                dump:dict|None,   # the app's state dump at the end of the episode (None: none could be read)
@@ -345,6 +346,7 @@ def run_checks(items:list,       # a task's `evaluate` items
                answer:str|None,  # the answer of an `ANS` stop
               )->tuple: # (passed, reasons: one string per failing item)
     "Score an episode: stop items must match the episode's end, other items' `check` must be truthy on the dump"
+    if not items: return False, [NO_CHECKS]   # nothing checked is nothing passed: environments report such tasks unscored
     reasons = []
     for i, it in enumerate(items):
         kind = it.get('type', '?') if isinstance(it, dict) else '?'

@@ -48,20 +48,32 @@ def counting_policy(target=3):
         return "click(start_box='<|box_start|>(644,406)<|box_end|>')"
     return policy
 
+CONTINUE_FIELDS = ('continue_final_message', 'add_generation_prompt')
+
 class ScriptedServer:
-    "A real OpenAI-compatible chat server on 127.0.0.1 whose replies come from `policy(request_body) -> str`"
-    def __init__(self, policy, latency=0.0):
+    """A real OpenAI-compatible chat server on 127.0.0.1 whose replies come from `policy(request_body) -> str`.
+    `models`: the names GET /models lists; a request for another model then gets vLLM's 404 (default: lists nothing,
+    answers any model). `continue_final=False`: a body with vLLM's continuation fields gets `transformers serve`'s 422."""
+    def __init__(self, policy, latency=0.0, models=None, continue_final=True):
         self.policy, self.latency, self.requests, self.inflight, self.max_inflight = policy, latency, [], 0, 0
+        self.models, self.continue_final = list(models or []), continue_final
         self._lock = threading.Lock()
         srv = self
         class H(BaseHTTPRequestHandler):
             protocol_version = 'HTTP/1.1'
             def log_message(self, *a): pass
             def do_GET(self):
-                self._send(200, {'status': 'ok'} if self.path.endswith('health') else {'object': 'list', 'data': []})
+                data = [{'id': m, 'object': 'model', 'owned_by': 'scripted'} for m in srv.models]
+                self._send(200, {'status': 'ok'} if self.path.endswith('health') else {'object': 'list', 'data': data})
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
                 with srv._lock: srv.inflight += 1; srv.max_inflight = max(srv.max_inflight, srv.inflight); srv.requests.append(body)
+                if srv.models and body.get('model') not in srv.models:
+                    with srv._lock: srv.inflight -= 1
+                    return self._send(404, {'object': 'error', 'message': f"The model `{body.get('model')}` does not exist.", 'code': 404})
+                if not srv.continue_final and (extra := sorted(f for f in CONTINUE_FIELDS if f in body)):
+                    with srv._lock: srv.inflight -= 1
+                    return self._send(422, {'detail': f"Unexpected fields in the request: {set(extra)}"})
                 try:
                     if srv.latency: time.sleep(srv.latency)
                     text = srv.policy(body)

@@ -78,6 +78,25 @@ def test_dead_server_is_an_error_naming_the_endpoint():
     res = run_sync(go())
     assert res['status'] == 'error' and '127.0.0.1:9' in res['reason']
 
+def test_executor_on_a_server_without_continue_final_gets_a_fresh_turn_not_an_error():
+    "A server that answers 422 to vLLM's continuation fields (transformers serve): the episode runs and succeeds"
+    with ScriptedServer(counting_policy(3), continue_final=False) as srv:
+        async def go():
+            p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
+            try: return await Agent(p, e, AgentConfig()).run(CounterEnv(), Task()), e
+            finally: await p.aclose(); await e.aclose()
+        res, ex = run_sync(go())
+    assert (res['status'], res['stop'], res['score']) == ('done', 'ANS', 1.0) and ex.continue_final_supported is False
+    sent = [b for b in srv.requests if b['model'] == 'executor']
+    assert ['continue_final_message' in b for b in sent] == [True, False, False, False]   # refused once, then sent without
+
+def test_a_task_without_checks_is_unscored_not_an_error():
+    "An environment whose evaluate() gives None (no checks): status 'unscored', score None, the stop kept"
+    class Unchecked(CounterEnv):
+        def evaluate(self): return None
+    res, steps, *_ = run_episode(counting_policy(3), env=Unchecked())
+    assert (res['status'], res['score'], res['stop'], res['steps']) == ('unscored', None, 'ANS', 4) and 'error' not in res
+
 def test_a11y_observation_sends_text_only():
     res, steps, srv, *_ = run_episode(counting_policy(1), obs='a11y')
     body = next(b for b in srv.requests if b['model'] == 'planner')

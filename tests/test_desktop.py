@@ -84,6 +84,17 @@ def test_env_episode_scores_and_a_killed_app_is_an_error_not_a_success():
         with pytest.raises(AppCrashed): env.evaluate()
     assert desktop_processes(owner=os.getpid()) == before
 
+def test_a_task_without_checks_is_unscored_on_a_real_desktop():
+    "No checks: evaluate() gives None once the app is found alive (not 1.0); a dead app still raises"
+    from dataclasses import replace
+    with DesktopEnv() as env:
+        env.reset(replace(TASK, evaluate=[]))
+        env.step([Action('click', 300, 300)])
+        assert env.evaluate() is None and env.check_reasons
+        os.killpg(env.app.proc.pid, signal.SIGKILL)
+        wait_for(lambda: env.app.proc.poll() is not None)
+        with pytest.raises(AppCrashed): env.evaluate()
+
 def test_agent_records_a_crash_mid_episode_as_an_error(tmp_path):
     "The real agent loop over HTTP; the app is killed after the first step: error result, score 0, nothing left"
     sys.path.insert(0, str(Path(__file__).parent))

@@ -1,14 +1,18 @@
 """Decoupled GRPO on the tiny Qwen2.5-VL: the reward calls an executor over real HTTP (a scripted OpenAI-compatible
 server, and the tiny model behind `transformers serve`); the planner's weights change, the executor's never do;
-TRL's loss equals the written-out reference on the same tensors; `coda train grpo` trains, checkpoints and resumes."""
-import hashlib, json, os, re, subprocess, sys, time
+TRL's loss equals the written-out reference on the same tensors; prompts of different lengths share a step with the
+log-probs each has alone; a planner codec (copy slots) encodes the prompts and decodes the completions;
+`run_grpo_command` takes a YAML, flags and a codec, and trains in two processes under `accelerate launch`;
+`coda train grpo` trains, checkpoints and resumes."""
+import argparse, hashlib, json, os, re, socket, subprocess, sys, time
 from pathlib import Path
 import pytest
 import torch
 from agent_fixtures import ScriptedServer
 from coda.actions import parse_action
 from coda.envs.scidesk import SciDesk, scidesk_tasks
-from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recording_trainer, reference_loss, replay, load_planner)
+from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recording_trainer, reference_loss, replay, load_planner,
+                       encode_grpo_dataset, add_grpo_args, run_grpo_command)
 from coda.judge import judgment_path
 from coda.models import OpenAIChat, build_tiny_qwen25vl
 from coda.prompts import split_planner
@@ -118,3 +122,167 @@ def test_train_grpo_command_checkpoints_and_resumes(run, planner, tmp_path):
     log = pd.read_csv(tmp_path/'g'/'log.csv')
     assert 'reward' in log and (tmp_path/'g'/'reward.png').exists()
     assert log['match'].between(0, 1).sum() >= 1          # the resumed call's step has its success share
+
+def varied(completions, **kw):
+    "A reward that differs within a group (random weights rarely write a click the executor could ground)"
+    return [float(len(c[-1]['content']) % 3) for c in completions]
+
+def alone_logps(tr, row, prompt_ids, completion_ids):
+    "Per-token log-probs of `completion_ids` after the dataset row's prompt encoded alone (no padding), as TRL's loss computes them"
+    proc = tr.processing_class
+    x = proc(images=row['images'], text=[proc.apply_chat_template(row['prompt'], add_generation_prompt=True, tokenize=False)], return_tensors='pt')
+    assert torch.equal(x['input_ids'][0], prompt_ids), 'the record holds this prompt'
+    ids = torch.cat([x['input_ids'], completion_ids[None]], 1)
+    mm = torch.cat([x['mm_token_type_ids'], torch.zeros_like(completion_ids)[None]], 1)
+    with torch.no_grad():
+        logp, _, _ = tr._get_per_token_logps_and_entropies(tr.model, ids, torch.ones_like(ids), len(completion_ids), pixel_values=x['pixel_values'],
+                                                           image_grid_thw=x['image_grid_thw'], num_images=[len(row['images'])], mm_token_type_ids=mm)
+    return logp[0]
+
+def test_padded_prompts_have_the_log_probs_of_each_prompt_alone(run, planner, tmp_path):
+    "Two prompts of different lengths (1 and 2 screenshots) in one batch: each completion's log-probs are those of its prompt alone"
+    ds = build_grpo_dataset(run, 'j')
+    tr = train_grpo(ds, planner, varied, tmp_path/'out', lora=False, trainer_cls=recording_trainer(), max_steps=1, num_generations=2,
+                    per_device_train_batch_size=4, max_completion_length=8, learning_rate=0.0, save_strategy='no')   # lr 0: the record's weights stay
+    i, logp = tr.records[-1]['inputs'], tr.records[-1]['logp']
+    lengths = i['prompt_mask'].sum(1).tolist()
+    assert len(set(lengths)) == 2, 'both prompts are in the batch, left-padded to the longer one'
+    vs = tr.processing_class.tokenizer.convert_tokens_to_ids('<|vision_start|>')
+    rows = {len(r['images']): r for r in ds}
+    for b in range(len(lengths)):
+        p = i['prompt_ids'][b][i['prompt_mask'][b].bool()]
+        n = int(i['completion_mask'][b].sum())
+        alone = alone_logps(tr, rows[int((p == vs).sum())], p, i['completion_ids'][b][:n])
+        # right-padded (the bug) the shorter prompt's rows differed by 2.5e-4; left-padded by 5e-7
+        assert (alone - logp[b][:n]).abs().max().item() < 1e-5, f'row {b} (prompt of {lengths[b]} tokens): padded log-probs differ from alone'
+
+def test_grpo_steps_with_two_prompts_of_different_lengths(run, planner, tmp_path):
+    "The default batch holds 2 prompts per step: mm_token_type_ids mark exactly the image pads of the left-padded ids, and TRL's loss is the reference"
+    ds = build_grpo_dataset(run, 'j')
+    before = weights(load_planner(planner)[0])
+    tr = train_grpo(ds, planner, varied, tmp_path/'out', preset='coda', lora=False, trainer_cls=recording_trainer(), max_steps=2, num_generations=2,
+                    max_completion_length=8, learning_rate=5e-2, save_strategy='no')
+    assert tr.args.per_device_train_batch_size == 4, 'default: two prompts per step'
+    pad = tr.model.config.image_token_id
+    for rec in tr.records:
+        i = rec['inputs']
+        ids, mm = i['prompt_ids'], i['mm_token_type_ids'][:, :i['prompt_ids'].size(1)]
+        assert len(set(i['prompt_mask'].sum(1).tolist())) == 2
+        assert torch.equal(ids == pad, mm == 1), 'mm_token_type_ids misaligned with the left-padded prompt ids'
+        assert abs(reference_loss(rec) - rec['loss']) < 1e-5
+    assert tr.records[-1]['loss'] != 0, 'the KL term makes the second step loss non-zero'
+    after = weights(load_planner(tmp_path/'out'/'final')[0])
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+class Typist:
+    "An executor stand-in: types the text quoted in the thought, then Enter"
+    async def chat(self, messages, **kw):
+        from coda.models import Reply
+        m = re.search(r"'([^']*)'", messages[-1]['content'][0]['text'])
+        return Reply(f"type(content='{m[1] if m else ''}\\n')", None, None, 0.0, 1, 'typist', 'typist')
+
+class SlotsAsCodec:
+    "The miniature's copy slots (coda.mini.slots) written as a planner codec from its public functions"
+    def encode(self, messages):
+        from coda.mini.slots import delex_messages, slot_values, instruction_of
+        return delex_messages(messages, slot_values(instruction_of(messages)))
+    def decode(self, text, messages):
+        from coda.mini.slots import relex, slot_values, instruction_of
+        return relex(text, slot_values(instruction_of(messages)))
+
+def test_copy_slots_are_a_codec(run):
+    "encode_grpo_dataset and DecoupledReward(codec=...) do what delex_grpo_row and SlotReward do"
+    from coda.mini.slots import delex_grpo_row, SlotReward
+    ds = build_grpo_dataset(run, 'j')
+    enc = encode_grpo_dataset(ds, SlotsAsCodec())
+    assert enc['prompt'] == ds.map(delex_grpo_row)['prompt'] and enc['prompt'] != ds['prompt']
+    assert enc['gold'] == ds['gold'] and [len(x) for x in enc['images']] == [1, 2]
+    done = [[{'role': 'assistant', 'content': f"Thought: Type '{t}' and press Enter.\nAction: type"}] for t in ('<v0>*<v1>+<v2>', '<v0>*<v1>', '17*23+4')]
+    kw = dict(episode=[ds[1]['episode']] * 3, step=[1] * 3, gold=[ds[1]['gold']] * 3)
+    rs = DecoupledReward(Typist(), codec=SlotsAsCodec())(completions=done, **kw)
+    assert rs == SlotReward(Typist())(completions=done, **kw) and rs[0] == rs[2] == 2.0 > rs[1]
+
+class TaggedCodec:
+    "A test codec: the planner reads 'TASK: ' for 'Task: '; decoding marks the completion, so the executor shows that it read the decoded text"
+    def __init__(self): self.requests = []
+    def encode(self, messages):
+        return [{**m, 'content': [{**p, 'text': p['text'].replace('Task: ', 'TASK: ')} if p.get('text') else p for p in m['content']]} for m in messages]
+    def decode(self, text, messages):
+        self.requests.append(messages)
+        return 'decoded ' + text
+
+def test_run_grpo_command_with_a_yaml_flags_and_a_codec(run, planner, tmp_path, capsys):
+    "The YAML's GRPOConfig fields and coda keys apply, the flags given win, the codec encodes the prompts and decodes the completions"
+    cfg = tmp_path/'grpo.yaml'
+    cfg.write_text("preset: trl\nlora: false\nfreeze_vision: false\npoint_scale: 2.0\nexecutor_concurrency: 3\nno_continue: true\n"
+                   "num_generations: 4\nmax_steps: 5\nmax_completion_length: 8\nsave_strategy: 'no'\n")
+    codec = TaggedCodec()
+    with ScriptedServer(grounding_executor) as srv:
+        a = add_grpo_args(argparse.ArgumentParser()).parse_args([
+            '--app', 'Algebra', '--runs', str(run), '--judge', 'j', '--model', str(planner), '--out', str(tmp_path/'g'), '--config', str(cfg),
+            '--executor-url', srv.url, '--executor-model', 'executor', '--num-generations', '2', '--max-steps', '1', '--lr', '1e-2',
+            '--temperature', '0.7', '--top-p', '0.9', '--seed', '3', '--shuffle'])
+        a.codec = codec   # the Python API takes a codec object; `--codec` names one for coda.serve.load_codec
+        tr = run_grpo_command(a)
+        requests = list(srv.requests)
+    out = capsys.readouterr().out
+    assert out.count('done: 1 steps; model in') == 1 and '2 positive steps of Algebra' in out
+    c = tr.args
+    assert (c.num_generations, c.max_steps, c.per_device_train_batch_size, c.learning_rate) == (2, 1, 4, 1e-2)   # flags over the YAML; 2 prompts a step
+    assert (c.temperature, c.top_p, c.seed, c.max_completion_length, c.beta, c.loss_type) == (0.7, 0.9, 3, 8, 0.0, 'dapo')   # preset trl
+    rw = tr.reward_funcs[0]
+    assert (rw.point_scale, rw.executor.max_concurrency, rw.continue_final, rw.codec) == (2.0, 3, False, codec)
+    assert any(p.requires_grad for n, p in tr.model.named_parameters() if 'visual' in n), 'freeze_vision: false'
+    assert all('TASK: ' in json.dumps(p) and 'Task: ' not in json.dumps(p) for p in tr.train_dataset['prompt'])
+    assert len(codec.requests) == 4 and len(requests) == rw.calls >= 1 and not any(b.get('continue_final_message') for b in requests)
+    assert all(b['messages'][-1]['content'][0]['text'].startswith('decoded ') for b in requests)
+    assert all(m[-1]['content'][-1]['text'].startswith('Task: ') for m in codec.requests), 'decoded with the plain planner messages'
+    assert (tmp_path/'g'/'final'/'model.safetensors').exists() and (tmp_path/'g'/'log.csv').exists()
+
+LAUNCHED = """
+import argparse, os, sys
+import coda.grpo as g
+write_curves = g.write_curves
+def counted(*a, **kw):   # who writes log.csv and reward.png
+    with open(sys.argv[1], 'a') as f: f.write(os.environ.get('RANK', '?') + '\\n')
+    return write_curves(*a, **kw)
+g.write_curves = counted
+tr = g.run_grpo_command(g.add_grpo_args(argparse.ArgumentParser()).parse_args(sys.argv[2:]))
+scored = len(tr.reward_funcs[0].history[0])   # this process's completions of a step
+print(f'rank {tr.args.process_index} of {tr.args.world_size}: {tr.state.global_step} steps, {scored} completions scored', flush=True)
+"""
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+def test_two_processes_train_together_and_write_once(run, planner, tmp_path):
+    "Two CPU processes under `accelerate launch` share each step's prompts; the main one alone writes the curves and prints"
+    script, calls, out = tmp_path/'launched.py', tmp_path/'curves.calls', tmp_path/'g'
+    script.write_text(LAUNCHED)
+    def policy(body):   # step 0's prompt (one assistant turn: the thought) always gets the labelled click, step 1's (a type) never matches
+        return "click(start_box='(458,758)')" if sum(m['role'] == 'assistant' for m in body['messages']) == 1 else grounding_executor(body)
+    exe = Path(sys.executable).parent/'accelerate'
+    launch = [str(exe)] if exe.exists() else [sys.executable, '-m', 'accelerate.commands.launch']
+    # `--cpu --num_processes 2` would start ONE process (accelerate's CPU launcher needs mpirun); `--multi_gpu` is torchrun,
+    # and the trainer (use_cpu on a machine without a GPU) joins the processes over gloo
+    launch += ['launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no', '--dynamo_backend', 'no',
+               '--main_process_port', str(free_port())]
+    with ScriptedServer(policy) as srv:
+        args = ['--app', 'Algebra', '--runs', str(run), '--judge', 'j', '--model', str(planner), '--out', str(out), '--no-lora',
+                '--executor-url', srv.url, '--executor-model', 'executor', '--num-generations', '2', '--per-device-train-batch-size', '2',
+                '--max-steps', '2', '--max-completion-length', '8', '--lr', '1e-2', '--save-steps', '100']
+        t0 = time.perf_counter()
+        p = subprocess.run(launch + [str(script), str(calls)] + args, capture_output=True, text=True, timeout=480,
+                           env={**os.environ, 'TRL_EXPERIMENTAL_SILENCE': '1', 'CUDA_VISIBLE_DEVICES': '', 'OMP_NUM_THREADS': '1'})
+        secs = time.perf_counter() - t0
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert 'rank 0 of 2: 2 steps, 2 completions scored' in p.stdout and 'rank 1 of 2: 2 steps, 2 completions scored' in p.stdout
+    assert p.stdout.count('positive steps of Algebra') == p.stdout.count('done: 2 steps') == 1, p.stdout
+    assert calls.read_text() == '0\n', 'log.csv and reward.png are written by the main process only'
+    assert (out/'final'/'model.safetensors').exists() and (out/'final'/'processor_config.json').exists() and (out/'reward.png').exists()
+    import pandas as pd
+    log = pd.read_csv(out/'log.csv').dropna(subset=['reward'])
+    assert len(log) == 2 and (log['match'] == 0.5).all(), 'match counts the completions of both processes'
+    print(f"2 GRPO steps in two CPU processes under accelerate launch: {secs:.1f} s")

@@ -133,6 +133,14 @@ def test_labels_from_worked_examples():
     assert label_steps(parse_verdict('<res_dict>{"Correctness": False, "First_Error_Step": 2}</res_dict>'), 6, min_error_step=3) == Labels()
     assert label_steps(parse_verdict(''), 6) == Labels()
 
+def test_a_correct_verdict_with_a_first_error_is_not_a_clean_success():
+    "Correctness True with First_Error_Step 3 (1-based): positives stop before step 3, whatever Correctness says"
+    v = parse_verdict('<res_dict>{"Correctness": True, "Redundant": [], "First_Error_Step": 3}</res_dict>')
+    assert label_steps(v, 5) == Labels([0, 1], 2, False)
+    v = parse_verdict('<res_dict>{"Correctness": True, "Redundant": [4], "First_Error_Step": 2}</res_dict>')
+    assert label_steps(v, 5) == Labels([0], 1, False)
+    assert label_steps(v, 5, min_error_step=3) == Labels()                 # too early to keep a prefix: nothing
+
 def test_parse_failures_are_rejections():
     for bad in ['', 'ok', '<res_dict>{"Correctness": "True"}</res_dict>', '<res_dict>{"Correctness": True</res_dict>',
                 '<res_dict>{"Correctness": True, **x}</res_dict>', "<res_dict>[True]</res_dict>"]:
@@ -169,6 +177,61 @@ def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
     assert (m['tp'], m['fp'], m['fn'], m['tn']) == (1, 1, 2, 2) and m['precision'] == 0.5 and abs(m['recall'] - 1 / 3) < 1e-12
     table = judge_eval(r, ['j'], {'j': 'single'})
     assert table.loc['single', 'Precision'] == 50.0 and table.loc['single', 'Recall'] == 33.3 and table.loc['single', 'n'] == 6
+
+def test_errored_and_timed_out_episodes_are_judged_but_give_no_labels(run, tmp_path):
+    "The judge's decision is filed (precision is measured on it), but a broken episode gives no positive and no clean success"
+    import shutil
+    from coda.judge import checker_judgments
+    r = tmp_path/'run'; shutil.copytree(run, r)
+    store = RunStore(r)
+    broken = {ANS_TASKS[0].id: dict(status='error', stop='ERROR', score=0.0), ANS_TASKS[2].id: dict(status='timeout', stop='TIMEOUT', score=0.0)}
+    for tid, res in broken.items():
+        p = store.episode_dir('Algebra', tid, 0)/'result.json'
+        p.write_text(json.dumps({**json.loads(p.read_text()), **res}))
+    with ScriptedServer(lambda body: T) as srv:
+        async def go():
+            m = OpenAIChat(srv.url, 'judge', retries=0)
+            try: return await judge_run(r, Judge(m, 'single', name='yes'), workers=2, progress=False)
+            finally: await m.aclose()
+        assert run_sync(go()) == dict(judged=6, skipped=0, failed=0, accepted=6)
+    got = {x['key'][1]: x for x in read_judgments(r, 'yes')}
+    for tid in broken: assert got[tid]['accepted'] and got[tid]['labels'] == {'positives': [], 'negative': None, 'clean_success': False}
+    assert sum(x['labels']['clean_success'] for x in got.values()) == 4
+    assert judge_labels(r, 'yes')[1] == [1] * 6                              # still counted for the judge's precision
+    assert checker_judgments(r) == 6
+    chk = {x['key'][1]: x for x in read_judgments(r, 'checker')}
+    assert all(not chk[tid]['accepted'] and chk[tid]['labels']['positives'] == [] for tid in broken)
+
+def test_generated_task_without_checks_is_unscored_left_out_not_a_checker_judgment_but_judged(tmp_path):
+    "An episode of a generated task without checks, through the real stack: unscored, out of the table, judged only by a judge"
+    from coda.judge import checker_judgments
+    from coda.rollout import evaluate
+    from coda.taskgen import to_task
+    gen = to_task({'instruction': 'Plot the function sin(x) in Algebra.', 'steps': 3}, 'Algebra')
+    assert gen.evaluate == []
+    checked = ANS_TASKS[0]
+    def policy(body):
+        text = ' '.join(p.get('text', '') for m in body['messages'] for p in (m['content'] if isinstance(m['content'], list) else []))
+        if checked.instruction in text: return f"Thought: The answer is {checked.evaluate[0]['args'][0]}.\nAction: ```ANS {checked.evaluate[0]['args'][0]}```"
+        return "Thought: The plot is drawn.\nAction: ```ANS done```"
+    with ScriptedServer(policy) as srv:
+        out = evaluate([checked, gen], SciDesk, OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor'), tmp_path/'run',
+                       n=2, workers=2, progress=False)
+    recs = {(r['task'], r['sample']): r for r in out['records']}
+    assert [(recs[(gen.id, s)]['status'], recs[(gen.id, s)]['score']) for s in range(2)] == [('unscored', None)] * 2
+    row = out['table'].loc['Algebra']
+    assert (row['tasks'], row['episodes'], row['missing'], row['unscored'], row['Average@2']) == (1, 2, 0, 1, 1.0)
+    assert '| unscored |' in (tmp_path/'run'/'metrics.md').read_text()
+    assert checker_judgments(tmp_path/'run') == 2 and {x['key'][1] for x in read_judgments(tmp_path/'run', 'checker')} == {checked.id}
+    with ScriptedServer(lambda body: T) as srv:
+        async def go():
+            m = OpenAIChat(srv.url, 'judge', retries=0)
+            try: return await judge_run(tmp_path/'run', Judge(m, 'single', name='j'), workers=2, progress=False)
+            finally: await m.aclose()
+        assert run_sync(go())['judged'] == 4
+    js = {(x['key'][1], x['key'][2]): x for x in read_judgments(tmp_path/'run', 'j')}
+    assert js[(gen.id, 0)]['accepted'] and js[(gen.id, 0)]['status'] == 'unscored' and js[(gen.id, 0)]['labels']['clean_success']
+    assert judge_labels(tmp_path/'run', 'j') == ([1, 1], [1, 1])             # no truth for the unscored ones: out of P and R
 
 def test_unjudged_episodes_count_as_na(run, tmp_path):
     import shutil

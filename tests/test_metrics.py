@@ -123,6 +123,33 @@ def test_crashes_timeouts_and_missing_lower_the_rates_and_are_counted():
     # without the task list the never-run task is invisible, which is why `tasks` should come from the task files
     assert success_table(bad, ks=(1, 4), bootstrap=0).loc['gis', 'tasks'] == 1
 
+def test_unscored_tasks_leave_every_rate_and_denominator_and_are_counted():
+    "A task without checks (status 'unscored') is neither a failure nor a pass, and its never-run samples are not 'missing'"
+    tasks = [('algebra', 'A-1'), ('algebra', 'G-1'), ('gis', 'G-2')]
+    recs = [ep('algebra', 'A-1', s, float(s < 3)) for s in range(4)]                       # 3 of 4
+    recs += [ep('algebra', 'G-1', s, None, 'unscored') for s in range(2)]                   # samples 2, 3 never ran
+    recs += [ep('algebra', 'G-1', 2, None, 'error')]                                        # a crash of the unchecked task
+    recs += [ep('gis', 'G-2', s, None, 'unscored') for s in range(4)]                       # gis has no checked task
+    tc = task_counts(recs)
+    assert tc.set_index('task').loc['G-1', ['n', 'errors', 'unscored']].tolist() == [3, 1, 2]
+    t = success_table(recs, tasks=tasks, ks=(4,), bootstrap=100)
+    assert t.loc['algebra', ['tasks', 'episodes', 'errors', 'missing', 'unscored']].tolist() == [1, 4, 0, 0, 1]
+    assert t.loc['algebra', 'Average@4'] == pytest.approx(0.75) and t.loc['algebra', 'Pass@4'] == 1.0
+    assert t.loc['gis', ['tasks', 'episodes', 'unscored']].tolist() == [0, 0, 1] and t.loc['gis', ['Average@4', 'Average@4 hi']].isna().all()
+    for overall in (OVERALL_APPS, OVERALL_TASKS):
+        assert t.loc[overall, ['tasks', 'episodes', 'unscored']].tolist() == [1, 4, 2]
+        assert t.loc[overall, 'Average@4'] == pytest.approx(0.75) and t.loc[overall, 'Average@4 lo'] <= 0.75
+    assert t.attrs['unscored'] == [('algebra', 'G-1'), ('gis', 'G-2')]
+    assert table_markdown(t).splitlines()[0].startswith('| app | tasks | episodes | errors | timeouts | missing | unscored |')
+    scored_only = success_table(recs[:4], tasks=tasks[:1], ks=(4,), bootstrap=100)       # the same numbers as without them
+    pd.testing.assert_series_equal(t.loc[OVERALL_TASKS, scored_only.columns[6:]], scored_only.loc[OVERALL_TASKS, scored_only.columns[6:]])
+    assert 'unscored' not in table_markdown(scored_only)
+    nothing = success_table([ep('gis', 'G-2', 0, None, 'unscored')], bootstrap=50)           # nothing scored at all: NaN, no error
+    assert nothing['Average@1'].isna().all() and nothing.loc[OVERALL_TASKS, ['tasks', 'unscored']].tolist() == [0, 1]
+    with pytest.warns(UserWarning, match='both scored and unscored'):
+        mixed = success_table([ep('a', 't', 0, 1.0), ep('a', 't', 1, None, 'unscored')], bootstrap=0)
+    assert mixed.loc['a', ['tasks', 'unscored']].tolist() == [0, 1]
+
 def test_mean_of_apps_and_mean_of_tasks_differ_and_are_labelled():
     # the paper's GPT-4o row (coda-scienceboard.md §4.6): 1 of Algebra's 31 tasks, nothing in the other three apps
     sizes = {'algebra': 31, 'biochem': 29, 'gis': 34, 'astronomy': 33}

@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 from coda.config import get_settings
 from coda.models import (LocalChat, ModelError, OpenAIChat, Reply, ChatBackend, build_tiny_qwen25vl, image_part,
-                         serve_transformers, to_openai_messages)
+                         preflight, preflight_sync, serve_transformers, to_openai_messages)
+from agent_fixtures import ScriptedServer
 
 IMG_TOKENS = 64 + 2   # a 224x224 image: 64 <|image_pad|> between <|vision_start|> and <|vision_end|>
 SHOT = Image.new('RGB', (224, 224), (240, 240, 244))
@@ -162,6 +163,64 @@ def test_from_settings():
     e = pickle.loads(pickle.dumps(ModelError('http://x/v1', 'm', 'HTTP 500: boom', 4, 500)))
     assert (e.attempts, e.status, str(e)) == (4, 500, "chat request to http://x/v1 (model 'm') failed after 4 attempts: HTTP 500: boom")
 
+# ------------------------------------------------------------------ servers that cannot continue a turn
+def test_continue_final_refused_with_422_is_sent_again_without_the_fields_and_remembered(caplog):
+    "transformers serve's answer to vLLM's fields (422 'Unexpected fields'): one retry without them, learnt per server, one warning"
+    with ScriptedServer(lambda body: 'click(start_box=(1,2))', continue_final=False) as srv, caplog.at_level('WARNING', 'coda.models'):
+        llm = OpenAIChat(srv.url, 'executor', backoff=0.01)
+        assert llm.continue_final_supported is None
+        r = chat(llm, CONT, continue_final=True)
+        assert (r.text, r.attempts, r.continued, llm.continue_final_supported) == ('click(start_box=(1,2))', 2, False, False)
+        assert ['continue_final_message' in b for b in srv.requests] == [True, False]
+        assert 'add_generation_prompt' not in srv.requests[1] and srv.requests[1]['messages'][-1]['role'] == 'assistant'
+        r2 = chat(llm, CONT, continue_final=True)                       # learnt: no refused request any more
+        other = OpenAIChat(srv.url, 'executor')                           # another backend on the same server knows it too
+        r3 = chat(other, CONT, continue_final=True)
+        assert (r2.attempts, r3.attempts, other.continue_final_supported, len(srv.requests)) == (1, 1, False, 4)
+        assert not any('continue_final_message' in b for b in srv.requests[1:])
+    warned = [m for m in caplog.messages if 'refused continue_final_message' in m]
+    assert len(warned) == 1 and srv.url in warned[0]
+
+def test_continue_final_400_with_any_body_is_retried_but_a_lasting_400_is_reported_as_is():
+    with Scripted(400, 'ok') as s:                                          # a 400 that names nothing: the retry decides
+        llm = OpenAIChat(s.url, 'm', backoff=0.01)
+        r = chat(llm, CONT, continue_final=True)
+    assert (r.attempts, r.continued, llm.continue_final_supported, len(s.bodies)) == (2, False, False, 2)
+    with Scripted(400) as s:                                                # the fields were not the trouble
+        llm = OpenAIChat(s.url, 'm', backoff=0.01)
+        e = fails(llm, CONT, continue_final=True)
+    assert (e.status, e.attempts, len(s.bodies), llm.continue_final_supported) == (400, 1, 2, None) and 'scripted 400' in str(e)
+    with Scripted('ok') as s:                                               # vLLM: continued, and known
+        llm = OpenAIChat(s.url, 'm')
+        r, plain = chat(llm, CONT, continue_final=True), chat(llm)
+    assert (r.continued, plain.continued, llm.continue_final_supported) == (True, None, True)
+    with Scripted(422) as s: e = fails(OpenAIChat(s.url, 'm', backoff=0.01))   # without continue_final a 422 is not retried
+    assert (e.status, len(s.bodies)) == (422, 1)
+
+# ------------------------------------------------------------------ preflight
+def test_preflight_names_a_model_that_is_not_served():
+    with ScriptedServer(lambda body: 'OK', models=['qwen32b', 'tars1.5-grounding']) as srv:
+        with pytest.raises(ModelError) as e: asyncio.run(preflight(OpenAIChat(srv.url, 'qwen72b', retries=0)))
+        msg = str(e.value)
+        assert f"model 'qwen72b' is not served at {srv.url}; served: ['qwen32b', 'tars1.5-grounding']" in msg and e.value.status == 404
+        pf = preflight_sync(OpenAIChat(srv.url, 'qwen32b'))
+        assert {k: pf[k] for k in ('url', 'model', 'listed', 'served', 'continue_final')} == \
+            dict(url=srv.url, model='qwen32b', listed=True, served=['qwen32b', 'tars1.5-grounding'], continue_final=None)
+        assert [b['model'] for b in srv.requests] == ['qwen72b'] and 0 <= pf['seconds'] < 5   # a listed model costs no chat request
+
+def test_preflight_probes_continue_final_and_finds_a_dead_server_at_once():
+    with ScriptedServer(lambda body: 'OK', models=['tars'], continue_final=False) as srv:
+        assert preflight_sync(OpenAIChat(srv.url, 'tars', backoff=0.01), continue_final=True)['continue_final'] is False
+    with ScriptedServer(lambda body: 'OK') as srv:                       # lists nothing: a 1-token request decides
+        pf = preflight_sync(OpenAIChat(srv.url, 'anything'), continue_final=True)
+        assert (pf['listed'], pf['served'], pf['continue_final']) == (False, [], True)
+        assert [(b['max_tokens'], 'continue_final_message' in b) for b in srv.requests] == [(1, False), (1, True)]
+    with socket.socket() as sock: sock.bind(('127.0.0.1', 0)); port = sock.getsockname()[1]   # nothing listens there
+    url = f'http://127.0.0.1:{port}/v1'
+    t0 = time.monotonic()
+    with pytest.raises(ModelError, match='is the server running') as e: preflight_sync(OpenAIChat(url, 'qwen32b'))
+    assert url in str(e.value) and "'qwen32b'" in str(e.value) and time.monotonic() - t0 < 2   # no retries with backoff
+
 # ------------------------------------------------------------------ the tiny model, in process and served
 
 # the fixtures `tiny`, `local` and `served` (a real `transformers serve` over the tiny model) are in conftest.py
@@ -239,14 +298,21 @@ def test_serve_text_and_image(served, tiny, local):
     assert [r.prompt_tokens for r in asyncio.run(three())] == [r_img.prompt_tokens] * 3
 
 def test_serve_final_assistant_turn_is_not_continued(served, tiny, local):
-    """transformers serve 5.23 rejects vLLM's continuation fields (422, not retried) and renders a final assistant
-    message as a closed turn followed by a new `<|im_start|>assistant`: it cannot continue a prefix."""
+    """transformers serve 5.23 rejects vLLM's continuation fields (422) and renders a final assistant message as a
+    closed turn followed by a new `<|im_start|>assistant`: it cannot continue a prefix. OpenAIChat sends the request
+    again without the fields, and learns that this server does not continue turns."""
+    import httpx
+    raw = httpx.post(served + '/chat/completions', timeout=60, json=OpenAIChat(served, str(tiny)).request_body(CONT, True, max_tokens=4))
+    assert raw.status_code == 422 and 'continue_final_message' in raw.text
     llm = OpenAIChat(served, str(tiny), timeout=60, backoff=0.01)
-    e = fails(llm, CONT, continue_final=True, max_tokens=4)
-    assert (e.status, e.attempts) == (422, 1) and 'continue_final_message' in str(e) and served in str(e)
+    r_cf = chat(llm, CONT, continue_final=True, max_tokens=4)
     r = chat(llm, CONT, max_tokens=4)
     closed, open_ = (local.encode(CONT, continue_final=c)['input_ids'].shape[1] for c in (False, True))
-    assert r.prompt_tokens == closed > open_
+    assert r.prompt_tokens == r_cf.prompt_tokens == closed > open_
+    assert (r_cf.attempts, r_cf.continued, llm.continue_final_supported) == (2, False, False)
+    pf = preflight_sync(OpenAIChat(served, str(tiny), timeout=60), continue_final=True)
+    assert (pf['listed'], pf['served'], pf['continue_final']) == (False, [], False)   # it lists nothing for a served folder
+    with pytest.raises(ModelError, match='pinned'): preflight_sync(OpenAIChat(served, 'another-model', backoff=0.01))
     e = fails(OpenAIChat(served, 'another-model', backoff=0.01))   # the server is pinned to its folder: a 400, not retried
     assert (e.status, e.attempts) == (400, 1) and 'pinned' in str(e)
 

@@ -58,6 +58,20 @@ def test_local_pool_runs_each_episode_once(tmp_path):
     recs = one_each(tmp_path/'run', ALG, 3)
     assert len(res) == 12 and all(r['score'] == 1.0 for r in recs)
 
+def test_unscored_episodes_keep_their_environment(tmp_path):
+    "Tasks without checks end 'unscored' (not 'error'), so the worker's environment is reused, not rebuilt"
+    from coda.taskgen import to_task
+    gen = [to_task({'instruction': f'Plot the function {f} in Algebra.'}, 'Algebra') for f in ('sin(x)', 'cos(x)', 'tan(x)')]
+    made = []
+    def make_env(): made.append(1); return SciDesk(render=False)
+    with ScriptedServer(lambda body: "Thought: Plotted.\nAction: ```ANS done```") as srv:
+        async def go():
+            m = OpenAIChat(srv.url, 'planner')
+            try: return await run_episodes(gen, make_env, Agent(m, m, AgentConfig(obs='a11y')), RunStore(tmp_path/'run', {}), n=1, workers=1, progress=False)
+            finally: await m.aclose()
+        res = run_sync(go())
+    assert [(r['status'], r['score']) for r in res] == [('unscored', None)] * 3 and len(made) == 1
+
 def test_local_pool_crashed_env_is_replaced_and_retried(tmp_path):
     flag = tmp_path/'crashed'
     made = []

@@ -73,3 +73,13 @@ def test_each_action_kind_changes_state_where_it_should(app):
             obs = env.step(oracle_actions(st, obs))
             if (json.dumps(env.dump(), sort_keys=True, default=str), obs.a11y_text) != before: changed.add(st[0])
     assert {'click', 'double', 'right', 'drag', 'type', 'hotkey', 'scroll'} <= changed, sorted(changed)
+
+def test_a_generated_task_without_checks_is_unscored(env):
+    "evaluate() gives None for a task with no checks (not 1.0 as when run_checks([]) passed), 0.0/1.0 for checked ones"
+    from coda.taskgen import to_task
+    gen = to_task({'instruction': 'Plot the function sin(x) in Algebra.'}, 'Algebra')
+    env.reset(gen)
+    assert env.evaluate() is None and env.app.check_reasons
+    task = next(t for t in TASKS if t.app == 'Algebra')
+    env.reset(task)
+    assert env.evaluate() == 0.0

@@ -86,6 +86,20 @@ def test_dataset_clean_successes_dedup_counts(runs):
     assert set(ds.column_names) >= {'messages', 'images', 'app', 'task', 'sample', 'step', 'run'}
 
 
+def test_episodes_that_ended_in_an_error_are_refused_whatever_the_judgment(runs, tmp_path):
+    "A judgment file says clean success, the episode's own result says it crashed (or timed out): no rows"
+    import shutil
+    alg = tmp_path/'alg'
+    shutil.copytree(runs[0], alg)
+    for sample, res in ((0, dict(status='error', stop='ERROR')), (1, dict(status='timeout', stop='TIMEOUT'))):
+        p = RunStore(alg).episode_dir('Algebra', 'A-01', sample)/'result.json'
+        p.write_text(json.dumps({**json.loads(p.read_text()), **res, 'score': 0.0}))
+    rows, counts = sft_examples([alg], 'coda')
+    assert rows == [] and counts.loc['Algebra', ['episodes', 'clean', 'refused', 'rows']].tolist() == [3, 0, 2, 0]
+    rows_p, counts_p = sft_examples([alg], 'coda', positive_prefixes=True)       # sample 2 (a plain failure) still gives its prefix
+    assert {r['sample'] for r in rows_p} == {2} and counts_p.loc['Algebra', ['prefix', 'refused']].tolist() == [1, 2]
+
+
 def test_lora_step_last_reply_loss_merge_localchat(runs, tiny, tmp_path):
     import torch
     from safetensors.torch import load_file

@@ -199,3 +199,93 @@ def test_tiny_served_model_garbage_is_handled(served, tiny):
     assert rep.rounds == 1 and rep.reasons and rep.kept == len(tasks) and rep.proposed == rep.invalid + rep.duplicates + rep.kept
     assert rep.unreadable or rep.invalid   # random weights: nothing sensible comes back
     print(rep.summary(), rep.reasons)
+
+# ------------------------------------------------------------------ the stage: an app's tasks into a folder, and `coda generate`
+
+from coda.taskgen import generate_app_tasks, add_generate_args, run_generate_command, opening_screen, task_list
+
+STAGE = [{'instruction': 'Switch the angle mode of Algebra to degrees.', 'steps': 4},     # a seed, reworded: dropped
+         {'instruction': 'Store 7 in a variable named z.', 'steps': 5},                   # a template: a checker
+         {'instruction': 'Plot y = 3x - 2 in the 2D graph.', 'steps': 6},                 # no template: evaluate []
+         {'instruction': 'ok', 'steps': 3},                                               # invalid
+         {'instruction': 'Set the precision to 2 decimal places.', 'steps': 5},           # a template
+         {'instruction': 'Hide the grid of the 2D graph.', 'steps': 4}]                   # an avoided task, reworded: dropped
+KEPT = {'Store 7 in a variable named z.': True, 'Plot y = 3x - 2 in the 2D graph.': False, 'Set the precision to 2 decimal places.': True}
+
+def _held_out(folder):
+    save_tasks([to_task({'instruction': 'Hide the grid of the 2D graph in Algebra.', 'steps': 4, 'app': 'Algebra'})], folder)
+    return folder
+
+def test_generate_app_tasks_writes_task_files_and_resumes_without_asking_again(tmp_path):
+    avoid = _held_out(tmp_path/'held-out')
+    more = json.dumps([{'instruction': 'Store the number 7 in a variable called z.', 'steps': 5}, {'instruction': 'Set the variable w to 3.', 'steps': 5}])
+    replies, shots = [json.dumps(STAGE), more], []
+    def shot():
+        shots.append(1)
+        return opening_screenshot('Algebra')
+    async def stage(n, rounds):
+        llm = OpenAIChat(srv.url, 'teacher', timeout=10)
+        try: return await generate_app_tasks(llm, 'Algebra', tmp_path/'gen', SEEDS, [avoid], shot, n=n, rounds=rounds)
+        finally: await llm.aclose()
+    with ScriptedServer(lambda body: replies[min(len(srv.requests), len(replies)) - 1]) as srv:
+        tasks, rep = asyncio.run(stage(3, 1))
+        assert len(srv.requests) == 1 and srv.requests[0]['messages'][0]['content'][1]['image_url']['url'].startswith('data:image/png;base64,')
+        assert 'Hide the grid' not in srv.requests[0]['messages'][0]['content'][0]['text']             # avoided tasks are never shown
+        assert (rep.proposed, rep.invalid, rep.duplicates, rep.kept, rep.checkable, rep.existing) == (6, 1, 2, 3, 2, 0)
+        files = sorted((tmp_path/'gen'/'Algebra').glob('*.json'))
+        assert [f.stem for f in files] == sorted(t.id for t in tasks)
+        for f in files:                                                       # ScienceBoard's task-file format
+            d = json.loads(f.read_text())
+            assert {'type', 'id', 'sort', 'steps', 'instruction', 'initialize', 'evaluate', 'ans', 'split'} <= set(d)
+            assert (d['type'], d['split'], d['initialize'], bool(d['evaluate'])) == ('Algebra', 'generated', [], KEPT[d['instruction']])
+        back = load_tasks(tmp_path/'gen')
+        assert {t.instruction: bool(t.evaluate) for t in back} == KEPT and [t.to_dict() for t in back] == [t.to_dict() for t in tasks]
+
+        again, rep2 = asyncio.run(stage(3, 1))                                # enough there: no request
+        assert len(srv.requests) == 1 and (rep2.rounds, rep2.existing, rep2.kept) == (0, 3, 0) and [t.id for t in again] == [t.id for t in tasks]
+
+        grown, rep3 = asyncio.run(stage(3, 2))                                # six wanted: one more round
+        assert len(srv.requests) == 2 and (rep3.rounds, rep3.existing, rep3.duplicates, rep3.kept) == (1, 3, 1, 1)
+        assert '- Store 7 in a variable named z.' in srv.requests[1]['messages'][0]['content'][0]['text']   # the folder's tasks are known
+        assert len(grown) == 4 and len(load_tasks(tmp_path/'gen')) == 4 and 'Set the variable w to 3.' in {t.instruction for t in grown}
+        assert len(shots) == 2                                                # the screen is made only when the teacher is asked
+
+def test_task_list_reads_folders_and_keeps_one_app(tmp_path):
+    folder = _held_out(tmp_path/'held-out')
+    save_tasks([to_task({'instruction': 'Zoom in twice on the map.', 'steps': 4, 'app': 'GIS'})], folder)
+    assert [t.instruction for t in task_list([folder], 'GIS')] == ['Zoom in twice on the map.']
+    assert task_list([folder, 'Plot y = x.', SEEDS[0], str(folder)], 'Algebra')[1:3] == ['Plot y = x.', SEEDS[0]]
+
+def test_opening_screen_of_scidesk_and_of_another_environment():
+    assert opening_screen('Astronomy').size == (1280, 800)
+    assert opening_screen('Counter', env='agent_fixtures:CounterEnv').size == (1280, 800)   # make_env's module:callable, reset on a bare task
+
+def test_run_generate_command_through_argparse(tmp_path, capsys):
+    import argparse
+    avoid = _held_out(tmp_path/'held-out')
+    test_task = scidesk_tasks(['Algebra'], split='test')[0]
+    def policy(body):
+        text = body['messages'][0]['content'][0]['text']
+        if '"Algebra"' in text: return json.dumps(STAGE + [{'instruction': test_task.instruction, 'steps': 8}])   # a test task: dropped
+        return '```json\n' + json.dumps(['Open 1BKX.', 'Color the protein by chain.']) + '\n```'
+    ap = add_generate_args(argparse.ArgumentParser(prog='coda generate'))
+    argv = ['--app', 'Algebra', '--app', 'Biochem', '--teacher-model', 'teacher', '--n', '2', '--out', str(tmp_path/'gen'), '--avoid', str(avoid),
+            '--max-steps', '12']
+    with ScriptedServer(policy) as srv:
+        a = ap.parse_args(argv + ['--teacher-url', srv.url])
+        assert (a.screenshot, a.env, a.rounds, a.temperature, a.max_tokens, a.seeds) == ('opening', 'scidesk', 1, 1.0, 2048, None)
+        got = run_generate_command(a)
+        assert len(srv.requests) == 2
+        again = run_generate_command(a)                                                       # resumed: nothing asked
+        assert [t.to_dict() for t in again['Algebra'][0]] == [t.to_dict() for t in got['Algebra'][0]] and len(srv.requests) == 2
+    out = capsys.readouterr().out
+    assert 'Algebra: 1 round(s), 0 unreadable, 7 proposed, 1 invalid, 3 duplicates, 3 kept (2 checkable)' in out
+    assert f"3 task file(s) of Algebra in {tmp_path/'gen'/'Algebra'} (3 new, 2 with a checker)" in out and 'Biochem: 2 already there' in out
+    alg = srv.requests[0]
+    text = alg['messages'][0]['content'][0]['text']
+    assert 'Store 12 factorial' in text and test_task.instruction not in text and 'Propose 2 new tasks' in text and '5 to 12' in text
+    assert alg['messages'][0]['content'][1]['type'] == 'image_url' and alg['temperature'] == 1.0 and alg['max_tokens'] == 2048
+    assert len(load_tasks(tmp_path/'gen', split='generated')) == 5
+    assert [bool(t.evaluate) for t in got['Biochem'][0] if t.instruction == 'Open 1BKX.'] == [True]
+    for bad in (['--seeds', str(tmp_path/'nowhere')], ['--app', 'Notepad']):
+        with pytest.raises(SystemExit): run_generate_command(ap.parse_args(argv + ['--teacher-url', 'http://127.0.0.1:9/v1'] + bad))

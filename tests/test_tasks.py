@@ -265,6 +265,12 @@ def sbtask(app, tid):
     assert why == []
     return t
 
+def test_a_task_without_checks_is_never_a_pass():
+    "An empty evaluate list used to pass vacuously (generated tasks scored 1.0); now it fails with a reason, and envs report it unscored"
+    assert run_checks([], {}, 'DONE', None) == (False, [T.NO_CHECKS])
+    assert run_checks([], None, 'ANS', '42')[0] is False
+    assert Task('G-1', 'Algebra', 'Plot sin(x).', evaluate=[]).score({'vars': {}}, 'DONE') == (False, [T.NO_CHECKS])
+
 def score(t, dump, stop='DONE', answer=None): return run_checks(t.evaluate, dump, stop, answer)[0]
 
 # Each case: a dump, and the truth value of ScienceBoard's lambda on it, worked out by hand in the comment.

@@ -472,9 +472,14 @@ class DesktopEnv:
         img = self.desktop.settle(self.settle_timeout, self.quiet)
         self.app.check_alive()
         return self.observe(img)
-    def evaluate(self)->float:
+    def evaluate(self)->float|None:
+        "1.0 if the task's checks pass on the app's state, else 0.0; None for a task without checks (unscored)"
         if self.app is None: raise DesktopError('evaluate before reset')
         self.app.check_alive()
+        if not self.task.evaluate:
+            from coda.tasks import NO_CHECKS
+            self.check_reasons = [NO_CHECKS]
+            return None
         dump = self.app.dump() if any(it.get('type') != 'stop' for it in self.task.evaluate if isinstance(it, dict)) else {}
         self.app.check_alive()
         ok, self.check_reasons = self.task.score(dump, self.stop, self.answer)

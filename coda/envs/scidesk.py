@@ -272,9 +272,14 @@ class SciApp:
         self.n_steps += 1
         return self.observe()
 
-    def evaluate(self)->float:
-        from coda.tasks import run_checks
-        ok, self.check_reasons = run_checks(getattr(self.task, 'evaluate', []) or [], self.dump(), self.stop, self.answer)
+    def evaluate(self)->float|None:
+        "1.0 if the task's checks pass on the final state, else 0.0; None for a task without checks (unscored)"
+        from coda.tasks import run_checks, NO_CHECKS
+        items = getattr(self.task, 'evaluate', None) or []
+        if not items:
+            self.check_reasons = [NO_CHECKS]
+            return None
+        ok, self.check_reasons = run_checks(items, self.dump(), self.stop, self.answer)
         return float(ok)
 
     def close(self): self._tree = self._img = None
