@@ -1,7 +1,7 @@
 """Is copying values the tiny planner's blocker? An experiment beside the miniature, never on test tasks.
 
 Two tiny planners are bootstrapped side by side on the same demonstrations, 450 SFT steps each, as the miniature
-bootstraps its baseline (`coda.pipeline.build_planner`, `coda.sft.train_sft`): one plain, one with *copy slots*:
+bootstraps its baseline (`coda.mini.prepare.build_planner`, `coda.sft.train_sft`): one plain, one with *copy slots*:
 the values of the task's instruction (numbers, words with digits, quoted strings, colours, variable names) are
 replaced by slot tokens `<v0>`, `<v1>`, ... in everything it reads and trains on, and its replies get the values
 back, so copying a value becomes choosing a slot. Both are then run by the agent (grounder executor, scidesk) on
@@ -18,28 +18,31 @@ It prints, per planner and temperature, the successes on the fresh tasks. Two pl
 import argparse, os, subprocess, sys, time
 from pathlib import Path
 
-from coda.mini.slots import slot_values, delex, delex_sft_row, SlotChat   # the same mapping as the miniature's (MiniConfig.slots)
+from coda.mini.slots import slot_values, delex, delex_sft_row, SlotChat   # the same mapping as the miniature's (its planner's codec)
 
 def family_tasks(seed:int, per_app:int, test:list)->list:
-    "Generated tasks of the five families with a template oracle (`coda.pipeline.template_oracle`), each with its oracle"
-    from coda.pipeline import template_tasks, template_oracle
-    out = [t for t in template_tasks(['Algebra', 'Astronomy', 'Biochem'], per_app, seed, avoid=test) if template_oracle(t.instruction)]
-    for t in out: t.extra['oracle'] = template_oracle(t.instruction)
-    return out
+    "Generated tasks of the five demonstrable families (`coda.mini.teacher.template_oracle`), each with its oracle"
+    from coda.mini.teacher import template_tasks
+    return template_tasks(['Algebra', 'Astronomy', 'Biochem'], per_app, seed, avoid=test, oracle=True)
 
 def run(out:Path, slots:bool, data:str, steps:int, demos:int=30):
     "Bootstrap one planner into `out` (resumable) and evaluate it; prints its successes"
-    from coda.pipeline import MiniConfig, split_tasks, template_tasks, build_planner
+    from coda.pipeline import load_config, Pipeline
+    from coda.mini.teacher import template_tasks
+    from coda.mini.prepare import build_planner
     from coda.mini.oracle import record_demonstrations
-from coda.judge import checker_judgments
+    from coda.judge import checker_judgments
+    from coda.envs.scidesk import scidesk_tasks
+    from coda.agent import AgentConfig
     from coda.sft import sft_examples, rows_to_dataset, train_sft
     from coda.envs.scidesk import SciDesk
     from coda.models import LocalChat
     from coda.mini.grounder import A11yGrounder
     from coda.rollout import evaluate
-    cfg, t0 = MiniConfig(run=str(out), workers=1), time.time()
-    apps = list(cfg.apps)
-    seed, train, test = split_tasks('seed', apps), split_tasks('train', apps), split_tasks('test', apps, cfg.test_tasks, cfg.seed)
+    cfg, t0 = load_config('params/mini.yaml', run=str(out)), time.time()   # the miniature's sizes and tasks
+    apps, boot = list(cfg.tasks.apps), cfg.prepare_args['bootstrap']
+    test = Pipeline(cfg, dry_run=True, progress=False, log=lambda *a: None).tasks('test')
+    seed, train = [t for t in scidesk_tasks(apps) if t.split == 'seed'], [t for t in scidesk_tasks(apps) if t.split == 'train']
     demo_tasks = family_tasks(7, demos, test) if data == 'families' else []
     seen = {t.instruction for t in demo_tasks}
     fresh = [t for t in (family_tasks(99, 12, test) if data == 'families' else template_tasks(apps, 4, 99, avoid=test)) if t.instruction not in seen]
@@ -59,15 +62,16 @@ from coda.judge import checker_judgments
                 x = t.instruction + '\n' + (env.reset(t).a11y_text or '')
                 texts.append(delex(x, slot_values(t.instruction)) if slots else x)
         finally: env.close()
-        build_planner(cfg, texts + ['system\nuser\nassistant\n'] * 20, M/'random')
-        train_sft(rows_to_dataset(rows), M/'random', M/'baseline', lora=False, freeze_vision=True, max_steps=steps, lr=cfg.boot_lr,
-                  per_device_train_batch_size=cfg.batch, save_steps=max(50, steps // 3), seed=cfg.seed, lr_scheduler_type='cosine',
+        build_planner(texts + ['system\nuser\nassistant\n'] * 20, M/'random', seed=cfg.seed, **cfg.prepare_args['planner'])
+        train_sft(rows_to_dataset(rows), M/'random', M/'baseline', lora=False, freeze_vision=True, max_steps=steps, lr=boot['lr'],
+                  per_device_train_batch_size=1, grad_accum=4, save_steps=max(50, steps // 3), seed=cfg.seed, lr_scheduler_type='cosine',
                   warmup_steps=min(10, steps // 10))
     name = 'slots' if slots else 'plain'
     print(f"{name}: {len(rows)} demonstration turns, bootstrap done at {time.time() - t0:.0f} s", flush=True)
     for T in (1.0, 0.3):
         p = LocalChat(M/'baseline', defaults=dict(temperature=T), seed=0)
-        ag = cfg.agent(); ag.planner_sampling['temperature'] = T
+        a = cfg.agent
+        ag = AgentConfig(obs=a.obs, planner_sampling={**a.planner_sampling, 'temperature': T}, executor_sampling=dict(a.executor_sampling), stuck_after=a.stuck_after)
         res = evaluate(fresh, SciDesk, SlotChat(p) if slots else p, A11yGrounder(), out/f'fresh-T{T}', n=2, workers=1, config=ag, progress=False, seed=0)
         ok = sum(r['score'] >= 1 for r in res['records'])
         print(f"RESULT {name} data={data} steps={steps} T={T}: {ok} of {len(res['records'])} episodes on {len(fresh)} fresh tasks succeed", flush=True)

@@ -5,13 +5,13 @@
 # %% auto #0
 __all__ = ['build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #3d1ee10e
+# %% ../nbs/90_cli.ipynb #e91dd898
 import argparse, json, os, shlex, shutil, subprocess, sys, time
 from pathlib import Path
 from .paths import ROOT, PARAMS
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #32d4c135
+# %% ../nbs/90_cli.ipynb #21ef03d7
 def _size(s):
     try:
         w, h = s.lower().split('x')
@@ -62,7 +62,7 @@ def _add_view(sub):
     c.add_argument('run', help='run folder')
     c.set_defaults(fn=_cmd_view)
 
-# %% ../nbs/90_cli.ipynb #3206fa35
+# %% ../nbs/90_cli.ipynb #1fd252f7
 def _cmd_eval(a):
     from coda.tasks import load_tasks
     from coda.envs.core import make_env
@@ -169,7 +169,7 @@ def _add_judge(sub):
     c.add_argument('--api-key', help='API key (default: settings)')
     c.set_defaults(fn=_cmd_judge)
 
-# %% ../nbs/90_cli.ipynb #b9d04cbe
+# %% ../nbs/90_cli.ipynb #b72f646c
 def _row_servers(a)->list:
     "The vLLM servers of a pipeline config's rows: one per model, under the pipeline's names (a row not trained yet is refused)"
     from coda.pipeline import load_config, Pipeline
@@ -235,7 +235,7 @@ def _add_serve_local(sub):
     add_serve_local_args(c)
     c.set_defaults(fn=run_serve_local)
 
-# %% ../nbs/90_cli.ipynb #43e8c457
+# %% ../nbs/90_cli.ipynb #bb6f3ca3
 def _add_generate(sub):
     from coda.taskgen import add_generate_args, run_generate_command
     c = sub.add_parser('generate', help='a served teacher model proposes new tasks per app, written as task files (ScienceBoard format)',
@@ -266,7 +266,7 @@ def _add_train(sub):
     add_judge_args(c)
     c.set_defaults(fn=run_judge_command)
 
-# %% ../nbs/90_cli.ipynb #6c209678
+# %% ../nbs/90_cli.ipynb #7d30d2bd
 def _cmd_pipeline(a):
     from coda.pipeline import load_config, Pipeline, format_plan
     cfg = load_config(a.config, a.set or [], a.run)
@@ -293,7 +293,7 @@ def _add_pipeline(sub, name:str, default:str|None, help:str):
     c.add_argument('--quiet', action='store_true', help='no progress bars')
     c.set_defaults(fn=_cmd_pipeline)
 
-# %% ../nbs/90_cli.ipynb #e9462233
+# %% ../nbs/90_cli.ipynb #32e55370
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')

@@ -9,7 +9,7 @@ __all__ = ['JUDGED', 'CHECKER', 'ModelRef', 'Models', 'Serving', 'Launch', 'Task
            'expand_runs', 'Pipeline', 'pick_heldout', 'judge_vs_checker', 'positive_steps', 'clean_successes',
            'servable', 'grpo_summary', 'sft_summary', 'run_notebooks', 'format_plan']
 
-# %% ../nbs/17_pipeline.ipynb #252e6ca8
+# %% ../nbs/17_pipeline.ipynb #0acfe4af
 import copy, json, os, random, re, shlex, shutil, subprocess, sys, threading, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, asdict
@@ -19,8 +19,9 @@ import yaml
 from .paths import from_root, PARAMS
 from fastcore.basics import patch
 from .store import RunStore, _atomic_write
+from .serve import die_with_parent
 
-# %% ../nbs/17_pipeline.ipynb #9a23545a
+# %% ../nbs/17_pipeline.ipynb #779b924c
 @dataclass
 class ModelRef:
     "Where a model is: served already (`url` and `name`), weights the pipeline serves (`path`), or a non-model backend coda's server runs (`backend`)"
@@ -51,7 +52,7 @@ class Models:
     teacher: ModelRef|None = None  # the task generator (None: no generated tasks)
     judge_finetuned: ModelRef|None = None  # a fine-tuned judge given ready-made (else `judging.train` trains one, or there is none)
 
-# %% ../nbs/17_pipeline.ipynb #f0b21d8f
+# %% ../nbs/17_pipeline.ipynb #7a93b0ee
 @dataclass
 class Serving:
     "How the pipeline serves the models given by `path` or `backend`"
@@ -98,7 +99,7 @@ class AgentSettings:
     episode_timeout: float = 0.0   # seconds an episode may take (0: no limit)
     retries: int = 0               # reruns of an episode that ended in an error
 
-# %% ../nbs/17_pipeline.ipynb #171577c4
+# %% ../nbs/17_pipeline.ipynb #04249bd6
 @dataclass
 class Generate:
     "Task generation by the teacher (`coda.taskgen`)"
@@ -149,7 +150,7 @@ class Tables:
     out: str = 'figures'           # where tables and plots go (relative to the repository)
     notebooks: list = field(default_factory=lambda: ['nbs/20_table1.ipynb', 'nbs/21_table2.ipynb'])
 
-# %% ../nbs/17_pipeline.ipynb #18ae4cab
+# %% ../nbs/17_pipeline.ipynb #f25fdab7
 _SECTIONS = dict(serving=Serving, launch=Launch, tasks=Tasks, agent=AgentSettings, generate=Generate, explore=Explore,
                  judging=Judging, evaluation=Evaluation, table2=Table2, tables=Tables)
 
@@ -194,7 +195,7 @@ def _build(cls, d, where:str):
     try: return cls(**kw)
     except TypeError as e: raise ValueError(f"{where}: {e}") from None
 
-# %% ../nbs/17_pipeline.ipynb #831db6ab
+# %% ../nbs/17_pipeline.ipynb #6414844d
 def merge_dicts(a:dict, b:dict)->dict:
     "`b` over `a`, mappings merged key by key"
     out = copy.deepcopy(a)
@@ -237,7 +238,7 @@ def config_dict(cfg:PipelineConfig)->dict:
     "The config as plain data (what pipeline.json records)"
     return json.loads(json.dumps(asdict(cfg), default=str))
 
-# %% ../nbs/17_pipeline.ipynb #29ae0e5e
+# %% ../nbs/17_pipeline.ipynb #fe153a1a
 class Record:
     "A run's `pipeline.json`: the config, and each stage's status, seconds, models, commands and outputs; written atomically at every change"
     def __init__(self, path:Path, readonly:bool=False):
@@ -269,14 +270,7 @@ def _diff(a, b, path:str='')->list:
         return [k for key in sorted(set(a) | set(b)) for k in _diff(a.get(key), b.get(key), f'{path}.{key}' if path else key)]
     return [] if a == b else [path]
 
-# %% ../nbs/17_pipeline.ipynb #d235acee
-def _pdeathsig():
-    "In a child: die when the pipeline dies (Linux), so a killed run leaves no servers or trainers behind"
-    try:
-        import ctypes, signal
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-    except Exception: pass
-
+# %% ../nbs/17_pipeline.ipynb #cef1db15
 def _free_port()->int:
     import socket
     with socket.socket() as s:
@@ -301,7 +295,7 @@ def launch_env(launch:Launch, gpus:Sequence|None=None)->dict:
     if launch.cpu: return {**env, 'CUDA_VISIBLE_DEVICES': '', 'OMP_NUM_THREADS': str(max(1, (os.cpu_count() or 1) // max(1, launch.num_processes)))}
     return {**env, **({'CUDA_VISIBLE_DEVICES': ','.join(map(str, gpus))} if gpus is not None else {})}
 
-# %% ../nbs/17_pipeline.ipynb #3eea7748
+# %% ../nbs/17_pipeline.ipynb #066c90f9
 _PROGRESS = re.compile(r'(\d+)/(\d+) \[')
 
 def run_logged(argv:Sequence,               # the command
@@ -319,7 +313,7 @@ def run_logged(argv:Sequence,               # the command
         f.write(f"\n$ {shlex.join(map(str, argv))}\n".encode())
         f.flush()
         p = subprocess.Popen(list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                             preexec_fn=_pdeathsig)
+                             preexec_fn=die_with_parent)
         tail = b''
         try:
             while chunk := p.stdout.read1(65536):
@@ -346,7 +340,7 @@ def _stop(proc, grace:float=30):
         proc.kill()
         proc.wait()
 
-# %% ../nbs/17_pipeline.ipynb #3ed46ae9
+# %% ../nbs/17_pipeline.ipynb #f5b33a8c
 class PeakMemory:
     "The largest total resident memory of this process and all its descendants, sampled every `every` seconds (Linux /proc)"
     def __init__(self, every:float=1.0):
@@ -381,7 +375,7 @@ class PeakMemory:
     @property
     def gib(self)->float: return self.peak / 2**30
 
-# %% ../nbs/17_pipeline.ipynb #fa7a8451
+# %% ../nbs/17_pipeline.ipynb #772ea1d7
 class Servers:
     "The endpoints of a run's models: served ones are checked, weights and backends served here (coda's own server, or one vLLM per model)"
     def __init__(self, cfg:Serving,            # how to serve
@@ -431,7 +425,7 @@ class Servers:
             self.logs.mkdir(parents=True, exist_ok=True)
             logf = self.logs/f'server-{name}.log'
             with open(logf, 'ab') as f:
-                s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=_pdeathsig,
+                s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
                                              env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, gpus))})
             self._wait(s, name, logf)
         return s
@@ -480,7 +474,7 @@ class Servers:
             self.local.stop()
             self.local = None
 
-# %% ../nbs/17_pipeline.ipynb #ae96c67e
+# %% ../nbs/17_pipeline.ipynb #e6d48385
 JUDGED, CHECKER = 'judge', 'checker'   # the names labels are filed under: the pipeline's judge, and the checkers' outcomes
 
 def expand_runs(paths:Sequence, root:Path)->list:
@@ -500,13 +494,14 @@ class Pipeline:
                  redo:Sequence=(),           # stages to do again although they finished
                  accept_changes:bool=False,  # resume although the config changed
                  log=print):
-        self.cfg, self.dry, self.progress, self.log = cfg, dry_run, progress, log
+        self.cfg, self.dry, self.progress, self.log = copy.deepcopy(cfg), dry_run, progress, log   # its paths get this run's folder below
         self.root = cfg.root
         if fresh and not dry_run and self.root.exists(): shutil.rmtree(self.root)
         self.record = Record(self.root/'pipeline.json', readonly=dry_run)
         self.servers = Servers(cfg.serving, self.root/'logs', plan_only=dry_run, log=log)
         self.plan, self.redo, self.n_stages, self._tasks = [], set(redo), None, {}
         if not dry_run: self._check_config(accept_changes)
+        cfg = self.cfg
         for f in fields(Models):   # weights the pipeline makes are named with {run}: this run's folder
             if (ref := getattr(cfg.models, f.name)) is not None and ref.path: ref.path = ref.path.replace('{run}', str(self.root))
 
@@ -516,7 +511,7 @@ class Pipeline:
             raise ValueError(f"{self.root} was made with another config; changed: {changed}. Use another run folder, --fresh or --accept-changes")
         self.record.update(config=new, config_file=self.cfg.source, **({} if old else {'created': time.strftime('%Y-%m-%dT%H:%M:%S')}))
 
-# %% ../nbs/17_pipeline.ipynb #36507f29
+# %% ../nbs/17_pipeline.ipynb #dc9fb69e
 @patch
 @contextmanager
 def stage(self:Pipeline, name:str,          # unique in the run
@@ -534,7 +529,11 @@ def stage(self:Pipeline, name:str,          # unique in the run
     if self.dry:
         if self.cfg.serving.kind == 'vllm': self.servers.release(keep=[n for n, _ in models])
         for n, r in models: self.servers.endpoint(r, n)
-        entry['models'] = [self.servers.describe(r, n) for n, r in models] + [self.servers.describe(r, n) + ' (in turn)' for n, r in later]
+        entry['models'] = [self.servers.describe(r, n) for n, r in models]
+        for n, r in later:   # served one after the other: each beside the stage's own models
+            if self.cfg.serving.kind == 'vllm': self.servers.release(keep=[n] + [m for m, _ in models])
+            self.servers.endpoint(r, n)
+            entry['models'].append(self.servers.describe(r, n) + '  (in turn)')
         if commands: entry['env'] = {k: v for k, v in launch_env(self.cfg.launch, list(self.servers.free) if self.cfg.serving.gpus else None).items()
                                      if k == 'CUDA_VISIBLE_DEVICES'}
         yield Stage(name, False, self.record.outputs(name))
@@ -545,7 +544,8 @@ def stage(self:Pipeline, name:str,          # unique in the run
         return
     self.log(f"{tag}: {about}")
     t0, before = time.time(), float(rec.get('seconds_failed') or 0)
-    self.record.update(name, status='running', started=time.strftime('%Y-%m-%dT%H:%M:%S'), about=about, error=None)
+    self.record.update(name, status='running', started=time.strftime('%Y-%m-%dT%H:%M:%S'), about=about, error=None,
+                       commands=[list(map(str, c)) for c in commands])
     s = Stage(name, True)
     try:
         if self.cfg.serving.kind == 'vllm': self.servers.release(keep=[n for n, _ in models])
@@ -562,7 +562,7 @@ def stage(self:Pipeline, name:str,          # unique in the run
     self.record.update(name, status='done', seconds=secs, outputs=s.info, finished=time.strftime('%Y-%m-%dT%H:%M:%S'))
     self.log(f"{tag}: done in {secs:.0f} s")
 
-# %% ../nbs/17_pipeline.ipynb #bbba981b
+# %% ../nbs/17_pipeline.ipynb #2eef9f67
 @patch(as_prop=True)
 def apps(self:Pipeline)->list:
     "The apps of the run"
@@ -607,7 +607,7 @@ def planners(self:Pipeline, row:str)->dict:
 @patch(as_prop=True)
 def executor(self:Pipeline)->tuple: return ('executor', self.cfg.models.executor)
 
-# %% ../nbs/17_pipeline.ipynb #71e13c06
+# %% ../nbs/17_pipeline.ipynb #81a70fd4
 @patch
 def judge_refs(self:Pipeline, use:str|None=None)->list:
     "(served name, ModelRef) of the judges that label steps: the base judge, the fine-tuned one, or both"
@@ -630,7 +630,7 @@ def make_judge(self:Pipeline, refs:Sequence, preset_name:str, name:str):
         return judges[0]
     return Ensemble(judges, name=name)
 
-# %% ../nbs/17_pipeline.ipynb #73823c4f
+# %% ../nbs/17_pipeline.ipynb #e45a8e83
 @patch
 def agent_config(self:Pipeline, executor=None):
     "The `AgentConfig` of every rollout (continuing the executor's pre-filled thought where its server can)"
@@ -674,6 +674,7 @@ def train_command(self:Pipeline, args:Sequence)->list:
 def launch(self:Pipeline, name:str, argv:Sequence, desc:str=''):
     "Run a training command with its output in logs/<name>.log (GPUs: those no server holds; CPU: the cores shared by the processes)"
     gpus = self.servers.free if self.cfg.serving.kind == 'vllm' and self.cfg.serving.gpus else None
+    if self.record.stage(name): self.record.update(name, commands=[list(map(str, argv))])   # as launched (the plan's may hold placeholders)
     run_logged(argv, self.root/'logs'/f'{name}.log', launch_env(self.cfg.launch, gpus), desc or name, self.progress)
 
 @patch
@@ -685,7 +686,7 @@ def write_args(self:Pipeline, path:Path, args:dict)->Path:
     path.write_text(yaml.safe_dump(json.loads(json.dumps(args, default=str)), sort_keys=False))
     return path
 
-# %% ../nbs/17_pipeline.ipynb #dc063445
+# %% ../nbs/17_pipeline.ipynb #5da9e3b0
 @patch
 def steps(self:Pipeline)->list:
     "Every stage in order (each skipped when done before, or only planned in a dry run); returns the plan"
@@ -729,7 +730,7 @@ def run(self:Pipeline)->dict:
     self.log(f"pipeline done: {self.root} ({self.record.data['seconds']:.0f} s over all its runs; peak memory {self.record.data['peak_gib']:.2f} GiB)")
     return self.record.data
 
-# %% ../nbs/17_pipeline.ipynb #a6b5b3db
+# %% ../nbs/17_pipeline.ipynb #3a6231af
 def pick_heldout(tasks:Sequence, k:int, seed:str)->list:
     "Up to `k` checkable tasks per template family (`task.extra['template']`), a seeded choice: held out from exploration, evaluated only"
     fams = {}
@@ -775,7 +776,7 @@ def generate_tasks(self:Pipeline)->dict:
     self._tasks.pop('heldout', None)
     return info
 
-# %% ../nbs/17_pipeline.ipynb #6f29f312
+# %% ../nbs/17_pipeline.ipynb #6b568a33
 @patch
 def stage_explore(self:Pipeline, name:str, row:str, runs:dict, extra:Sequence=()):
     "Each app's train and generated tasks with its planner of `row`, into `runs[app]`; the checkers' outcomes filed as judgments (also in `extra` runs)"
@@ -835,7 +836,7 @@ def stage_judge_train(self:Pipeline):
             self.launch('judge_train', argv, 'judge training')
             s.info.update(model=str(_judge_model(out)))
 
-# %% ../nbs/17_pipeline.ipynb #649272d8
+# %% ../nbs/17_pipeline.ipynb #2f9632fa
 def positive_steps(runs:Sequence, labels:str, app:str)->int:
     "How many positive steps the judgments `labels` give `app`'s episodes of `runs`"
     from coda.judge import read_judgments
@@ -899,7 +900,7 @@ def stage_stage2(self:Pipeline, labels:str, sfx:str, runs:Sequence):
         self.launch(f'stage2{sfx}', argv, 'SFT')
         s.info.update(episodes=n, model=str(servable(out, base.path.replace('{run}', str(self.root)))), **sft_summary(out))
 
-# %% ../nbs/17_pipeline.ipynb #585cc296
+# %% ../nbs/17_pipeline.ipynb #1389d01a
 @patch
 def stage_eval(self:Pipeline, which:str, row:str, n:int):
     planners = self.planners(row)
@@ -970,7 +971,7 @@ def stage_tables(self:Pipeline):
         if bad := {k: v['error'] for k, v in summary.items() if not v['ok']}: raise RuntimeError(f"table notebooks failed: {bad}")
         s.info.update(notebooks={k: v['output'] for k, v in summary.items()}, out=str(from_root(t.out)))
 
-# %% ../nbs/17_pipeline.ipynb #96dac588
+# %% ../nbs/17_pipeline.ipynb #693c00bb
 def format_plan(plan:list, cfg:PipelineConfig)->str:
     "A dry run's plan as text: each stage with what it does, its models (where and how served) and its commands"
     launch = ' '.join(['accelerate launch'] + ([f'--config_file {cfg.launch.config_file}'] if cfg.launch.config_file else [])

@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['SAMPLING', 'SPEC_KEYS', 'load_object', 'Codec', 'load_codec', 'CodecChat', 'check_spec', 'load_backend',
            'RequestError', 'error_body', 'data_url_bytes', 'parse_chat_request', 'completion_body', 'ServedModels',
-           'make_app', 'parse_model_arg', 'add_serve_local_args', 'run_serve_local', 'main', 'LocalServer']
+           'make_app', 'parse_model_arg', 'add_serve_local_args', 'run_serve_local', 'main', 'die_with_parent',
+           'LocalServer']
 
 # %% ../nbs/04b_serve.ipynb #49fd145e
 import argparse, asyncio, base64, binascii, dataclasses, importlib, inspect, io, json, logging, os, shutil, socket, subprocess, sys, tempfile, time, uuid
@@ -340,6 +341,14 @@ def _tail(path:Path, n:int=3000)->str:
             return f.read().decode(errors='replace')
     except OSError: return ''
 
+# %% ../nbs/04b_serve.ipynb #e0ba7e0c
+def die_with_parent():
+    "In a child process (as `preexec_fn`): end it when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)"
+    try:
+        import ctypes, signal
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)
+    except Exception: pass
+
 # %% ../nbs/04b_serve.ipynb #3b6a27df
 class LocalServer:
     "A `coda.serve` server in a subprocess: start it, reach it at `url`, change its models, stop it; also a context manager"
@@ -384,7 +393,8 @@ def start(self, timeout:float=180, # seconds to wait for /health
     self.logfile.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, '-m', 'coda.serve', '--host', self.host, '--port', str(self.port), '--models', str(self._work/'models.json')]
     with open(self.logfile, 'wb') as out:
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env())
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(),
+                                     preexec_fn=die_with_parent)
     t0 = time.monotonic()
     while not self._healthy():
         exited, late = self.proc.poll() is not None, time.monotonic() - t0 > timeout

@@ -1,40 +1,42 @@
-"""Copy slots in the miniature's training stages: the planner's tokenizer texts, its GRPO prompts and the executor's
-view of its completions (`coda.mini.slots` with `coda.pipeline`), on oracle demonstrations of generated tasks."""
-import re
-import coda.mini.grounder, coda.mini.slots
-from coda.pipeline import MiniConfig, template_tasks, planner_texts, build_planner, train_specialist, train_planner
+"""Copy slots in the miniature's training stages, as the pipeline runs them: the planner's tokenizer texts, its GRPO
+prompts and the executor's view of its completions (`coda train grpo --codec coda.mini.slots:SlotCodec`, the executor
+served over HTTP by coda's own server), and its SFT rows (`coda train sft --codec ...`), on oracle demonstrations."""
+import argparse, json, re
+from coda.mini.teacher import template_tasks
 from coda.mini.oracle import record_demonstrations
+from coda.mini.prepare import planner_texts, build_planner
+from coda.mini.slots import slot_values, SlotCodec
 from coda.judge import checker_judgments
-from coda.mini.slots import slot_values
+from coda.serve import LocalServer
 
 def _demos(tmp_path):
     tasks = template_tasks(['Algebra'], 3, seed=5, oracle=True)
-    record_demonstrations(tasks, tmp_path/'demos', workers=1); checker_judgments(tmp_path/'demos')
+    record_demonstrations(tasks, tmp_path/'demos', workers=1)
+    checker_judgments(tmp_path/'demos')
     return tasks
 
-def test_slot_planner_reads_and_trains_without_the_values(tmp_path, monkeypatch):
+def test_slot_planner_reads_and_trains_without_the_values(tmp_path):
+    from coda.grpo import add_grpo_args, run_grpo_command, build_grpo_dataset
+    from coda.sft import add_sft_args, run_sft_command
     tasks = _demos(tmp_path)
-    values = {v for t in tasks for v in slot_values(t.instruction) if len(v) > 1}   # one-letter names occur in words
-    texts = planner_texts([tmp_path/'demos'], tasks, slots=True)
-    assert values and not any(v in t for t in texts for v in values if v.isdigit() and len(v) > 1) and any('<v0>' in t for t in texts)
-    cfg = MiniConfig(run=str(tmp_path/'run'), hidden=32, layers=1, grpo_steps=1, grpo_generations=2, slots=True)
-    build_planner(cfg, texts, tmp_path/'random')
-    prompts, thoughts = [], []
-    real = coda.mini.slots.delex_grpo_row
-    monkeypatch.setattr(coda.mini.slots, 'delex_grpo_row', lambda row: prompts.append(r := real(row)) or r)
-    class Watched(coda.mini.grounder.A11yGrounder):   # the frozen executor: what it reads of each sampled completion
-        async def chat(self, messages, **kw):
-            thoughts.append(str(messages[-1]['content'])); return await super().chat(messages, **kw)
-    monkeypatch.setattr(coda.mini.grounder, 'A11yGrounder', Watched)
-    scored, score = [], coda.mini.slots.SlotReward.score
-    async def counted(self, completion, *a): scored.append(completion); return await score(self, completion, *a)
-    monkeypatch.setattr(coda.mini.slots.SlotReward, 'score', counted)
-    info = train_specialist(cfg, 'Algebra', [tmp_path/'demos'], 'checker', tmp_path/'random', tmp_path/'spec')
-    assert info['examples'] == len(prompts) > 0 and info['executor_failures'] == 0, info
-    seen = ' '.join(p['text'] or '' for r in prompts for m in r['prompt'] for p in m['content'])
-    assert '<v0>' in seen and not any(v in seen for v in values if v.isdigit())
-    assert len(scored) == cfg.grpo_generations and thoughts   # the slot reward scored every sampled completion
-    assert not any(re.search(r'<v\d+>', t) for t in thoughts)  # and gave them their values back before the executor read them
-    assert (tmp_path/'spec'/'model'/'config.json').exists()
-    info = train_planner(cfg, [tmp_path/'demos'], 'checker', tmp_path/'random', tmp_path/'sft', steps=2, lr=1e-3)
-    assert info['rows'] > 0 and (tmp_path/'sft'/'config.json').exists()
+    values = {v for t in tasks for v in slot_values(t.instruction) if v.isdigit() and len(v) > 1}
+    texts = planner_texts([tmp_path/'demos'], tasks, SlotCodec())
+    assert values and not any(v in t for t in texts for v in values) and any('<v0>' in t for t in texts)
+    build_planner(texts, tmp_path/'random', hidden=32, layers=1, vocab=512)
+    prompts = build_grpo_dataset(tmp_path/'demos', 'checker', apps=['Algebra'])
+    with LocalServer({'executor': {'backend': 'coda.mini.grounder:A11yGrounder'}}).start() as srv:
+        a = add_grpo_args(argparse.ArgumentParser()).parse_args([
+            '--app', 'Algebra', '--runs', str(tmp_path/'demos'), '--judge', 'checker', '--model', str(tmp_path/'random'), '--out', str(tmp_path/'spec'),
+            '--executor-url', srv.url, '--executor-model', 'executor', '--num-generations', '2', '--max-steps', '1', '--no-lora',
+            '--max-completion-length', '8', '--codec', 'coda.mini.slots:SlotCodec'])
+        tr = run_grpo_command(a)
+    rw = tr.reward_funcs[0]
+    assert len(rw.history) == 1 and rw.failures == 0
+    seen = ' '.join(p.get('text') or '' for r in tr.train_dataset['prompt'] for m in r for p in m['content'])
+    assert '<v0>' in seen and not any(v in seen for v in values) and len(tr.train_dataset) == len(prompts)
+    assert (tmp_path/'spec'/'final'/'config.json').exists()
+    b = add_sft_args(argparse.ArgumentParser()).parse_args(['--runs', str(tmp_path/'demos'), '--judge', 'checker', '--model', str(tmp_path/'random'),
+                                                            '--out', str(tmp_path/'sft'), '--max-steps', '2', '--no-lora', '--codec', 'coda.mini.slots:SlotCodec'])
+    out = run_sft_command(b)
+    info = json.loads((out/'sft.json').read_text())
+    assert info['rows'] > 0 and info['codec'] == 'coda.mini.slots:SlotCodec' and (out/'config.json').exists()
