@@ -44,7 +44,7 @@ def main():
     p = Pipeline(cfg, progress=True)
     st = dict(cfg.stage2)
     replay = expand_runs(st.pop('replay', []), root)
-    base = cfg.models.planner
+    base = p.cfg.models.planner                   # its paths hold the run folder
     model = out/'model'
     if not (model/'config.json').exists():
         argv = p.train_command(['train', 'sft', '--runs', *replay, '--judge', 'checker', '--model', base.path, '--out', model,

@@ -5,13 +5,13 @@
 # %% auto #0
 __all__ = ['build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #e91dd898
+# %% ../nbs/90_cli.ipynb #9b12d69d
 import argparse, json, os, shlex, shutil, subprocess, sys, time
 from pathlib import Path
 from .paths import ROOT, PARAMS
 from .config import get_settings, show_settings
 
-# %% ../nbs/90_cli.ipynb #21ef03d7
+# %% ../nbs/90_cli.ipynb #174a809e
 def _size(s):
     try:
         w, h = s.lower().split('x')
@@ -62,7 +62,7 @@ def _add_view(sub):
     c.add_argument('run', help='run folder')
     c.set_defaults(fn=_cmd_view)
 
-# %% ../nbs/90_cli.ipynb #1fd252f7
+# %% ../nbs/90_cli.ipynb #e0ef8ad7
 def _cmd_eval(a):
     from coda.tasks import load_tasks
     from coda.envs.core import make_env
@@ -169,7 +169,7 @@ def _add_judge(sub):
     c.add_argument('--api-key', help='API key (default: settings)')
     c.set_defaults(fn=_cmd_judge)
 
-# %% ../nbs/90_cli.ipynb #b72f646c
+# %% ../nbs/90_cli.ipynb #8cee8ee7
 def _row_servers(a)->list:
     "The vLLM servers of a pipeline config's rows: one per model, under the pipeline's names (a row not trained yet is refused)"
     from coda.pipeline import load_config, Pipeline
@@ -235,7 +235,7 @@ def _add_serve_local(sub):
     add_serve_local_args(c)
     c.set_defaults(fn=run_serve_local)
 
-# %% ../nbs/90_cli.ipynb #bb6f3ca3
+# %% ../nbs/90_cli.ipynb #7640d90a
 def _add_generate(sub):
     from coda.taskgen import add_generate_args, run_generate_command
     c = sub.add_parser('generate', help='a served teacher model proposes new tasks per app, written as task files (ScienceBoard format)',
@@ -252,7 +252,7 @@ def _add_train(sub):
     tsub = t.add_subparsers(dest='stage', required=True, metavar='STAGE')
     c = tsub.add_parser('grpo', help='decoupled GRPO of a specialist planner on one app, from judged runs',
                         description="Train a specialist planner with GRPO on TRL: the reward is the frozen executor's action for each sampled thought, "
-                                    "scored against the judge-labelled action. Run it under `accelerate launch -m coda.cli train grpo ...` for several processes.")
+                                    "scored against the judge-labelled action. Under `accelerate launch -m coda.cli train grpo ...`: several processes.")
     add_grpo_args(c)
     c.set_defaults(fn=run_grpo_command)
     c = tsub.add_parser('sft', help="Stage 2: SFT of a generalist planner on the specialists' judged clean successes",
@@ -266,7 +266,7 @@ def _add_train(sub):
     add_judge_args(c)
     c.set_defaults(fn=run_judge_command)
 
-# %% ../nbs/90_cli.ipynb #7d30d2bd
+# %% ../nbs/90_cli.ipynb #aee1355b
 def _cmd_pipeline(a):
     from coda.pipeline import load_config, Pipeline, format_plan
     cfg = load_config(a.config, a.set or [], a.run)
@@ -283,7 +283,8 @@ def _add_pipeline(sub, name:str, default:str|None, help:str):
     c = sub.add_parser(name, help=help, description="Run (or resume) CODA's pipeline: generate tasks, explore, judge, Stage 1 (GRPO per app), "
                        "explore, judge, Stage 2 (SFT), evaluate the rows, Table 2's judges, the tables. Every stage is recorded in <run>/pipeline.json; "
                        "a killed run resumes where it stopped.")
-    c.add_argument('--config', default=default, required=default is None, help='a pipeline config (params/mini.yaml: the CPU miniature; params/paper.yaml: GPUs)')
+    c.add_argument('--config', default=default, required=default is None,
+                   help='a pipeline config (params/mini.yaml: the CPU miniature; params/paper.yaml: GPUs)')
     c.add_argument('--run', help="the run folder (default: the config's)")
     c.add_argument('--set', action='append', metavar='KEY=VALUE', help='override a config key, e.g. evaluation.test_samples=2 (repeatable)')
     c.add_argument('--dry-run', action='store_true', help='print the plan (stages, models and how they are served, GPUs, commands) and run nothing')
@@ -293,7 +294,7 @@ def _add_pipeline(sub, name:str, default:str|None, help:str):
     c.add_argument('--quiet', action='store_true', help='no progress bars')
     c.set_defaults(fn=_cmd_pipeline)
 
-# %% ../nbs/90_cli.ipynb #32e55370
+# %% ../nbs/90_cli.ipynb #b66a73c4
 def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')

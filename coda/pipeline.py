@@ -9,7 +9,7 @@ __all__ = ['JUDGED', 'CHECKER', 'ModelRef', 'Models', 'Serving', 'Launch', 'Task
            'expand_runs', 'Pipeline', 'pick_heldout', 'judge_vs_checker', 'positive_steps', 'clean_successes',
            'servable', 'grpo_summary', 'sft_summary', 'run_notebooks', 'format_plan']
 
-# %% ../nbs/17_pipeline.ipynb #0acfe4af
+# %% ../nbs/17_pipeline.ipynb #af1a2b4d
 import copy, json, os, random, re, shlex, shutil, subprocess, sys, threading, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, asdict
@@ -21,7 +21,7 @@ from fastcore.basics import patch
 from .store import RunStore, _atomic_write
 from .serve import die_with_parent
 
-# %% ../nbs/17_pipeline.ipynb #779b924c
+# %% ../nbs/17_pipeline.ipynb #22124841
 @dataclass
 class ModelRef:
     "Where a model is: served already (`url` and `name`), weights the pipeline serves (`path`), or a non-model backend coda's server runs (`backend`)"
@@ -52,7 +52,7 @@ class Models:
     teacher: ModelRef|None = None  # the task generator (None: no generated tasks)
     judge_finetuned: ModelRef|None = None  # a fine-tuned judge given ready-made (else `judging.train` trains one, or there is none)
 
-# %% ../nbs/17_pipeline.ipynb #7a93b0ee
+# %% ../nbs/17_pipeline.ipynb #bb09e644
 @dataclass
 class Serving:
     "How the pipeline serves the models given by `path` or `backend`"
@@ -99,7 +99,7 @@ class AgentSettings:
     episode_timeout: float = 0.0   # seconds an episode may take (0: no limit)
     retries: int = 0               # reruns of an episode that ended in an error
 
-# %% ../nbs/17_pipeline.ipynb #04249bd6
+# %% ../nbs/17_pipeline.ipynb #4db3bc1a
 @dataclass
 class Generate:
     "Task generation by the teacher (`coda.taskgen`)"
@@ -150,7 +150,7 @@ class Tables:
     out: str = 'figures'           # where tables and plots go (relative to the repository)
     notebooks: list = field(default_factory=lambda: ['nbs/20_table1.ipynb', 'nbs/21_table2.ipynb'])
 
-# %% ../nbs/17_pipeline.ipynb #f25fdab7
+# %% ../nbs/17_pipeline.ipynb #faefd47d
 _SECTIONS = dict(serving=Serving, launch=Launch, tasks=Tasks, agent=AgentSettings, generate=Generate, explore=Explore,
                  judging=Judging, evaluation=Evaluation, table2=Table2, tables=Tables)
 
@@ -188,14 +188,15 @@ def _build(cls, d, where:str):
     for k, v in d.items():
         if cls is PipelineConfig and k == 'models':
             if not isinstance(v, dict): raise ValueError(f"{where}.models: expected a mapping of roles")
-            if bad := sorted(set(v) - {f.name for f in fields(Models)}): raise ValueError(f"{where}.models: unknown role(s) {bad}; roles: {[f.name for f in fields(Models)]}")
+            roles = [f.name for f in fields(Models)]
+            if bad := sorted(set(v) - set(roles)): raise ValueError(f"{where}.models: unknown role(s) {bad}; roles: {roles}")
             kw[k] = Models(**{r: None if x is None else _build(ModelRef, x, f'{where}.models.{r}') for r, x in v.items()})
         elif cls is PipelineConfig and k in _SECTIONS: kw[k] = _build(_SECTIONS[k], v or {}, f'{where}.{k}')
         else: kw[k] = v
     try: return cls(**kw)
     except TypeError as e: raise ValueError(f"{where}: {e}") from None
 
-# %% ../nbs/17_pipeline.ipynb #6414844d
+# %% ../nbs/17_pipeline.ipynb #4d939cf2
 def merge_dicts(a:dict, b:dict)->dict:
     "`b` over `a`, mappings merged key by key"
     out = copy.deepcopy(a)
@@ -238,7 +239,7 @@ def config_dict(cfg:PipelineConfig)->dict:
     "The config as plain data (what pipeline.json records)"
     return json.loads(json.dumps(asdict(cfg), default=str))
 
-# %% ../nbs/17_pipeline.ipynb #fe153a1a
+# %% ../nbs/17_pipeline.ipynb #8d82a25f
 class Record:
     "A run's `pipeline.json`: the config, and each stage's status, seconds, models, commands and outputs; written atomically at every change"
     def __init__(self, path:Path, readonly:bool=False):
@@ -270,7 +271,7 @@ def _diff(a, b, path:str='')->list:
         return [k for key in sorted(set(a) | set(b)) for k in _diff(a.get(key), b.get(key), f'{path}.{key}' if path else key)]
     return [] if a == b else [path]
 
-# %% ../nbs/17_pipeline.ipynb #cef1db15
+# %% ../nbs/17_pipeline.ipynb #3debd9f6
 def _free_port()->int:
     import socket
     with socket.socket() as s:
@@ -295,7 +296,7 @@ def launch_env(launch:Launch, gpus:Sequence|None=None)->dict:
     if launch.cpu: return {**env, 'CUDA_VISIBLE_DEVICES': '', 'OMP_NUM_THREADS': str(max(1, (os.cpu_count() or 1) // max(1, launch.num_processes)))}
     return {**env, **({'CUDA_VISIBLE_DEVICES': ','.join(map(str, gpus))} if gpus is not None else {})}
 
-# %% ../nbs/17_pipeline.ipynb #066c90f9
+# %% ../nbs/17_pipeline.ipynb #2f6ee2bc
 _PROGRESS = re.compile(r'(\d+)/(\d+) \[')
 
 def run_logged(argv:Sequence,               # the command
@@ -330,7 +331,9 @@ def run_logged(argv:Sequence,               # the command
             _stop(p)
             raise
         finally: bar.close()
-    if rc: raise RuntimeError(f"command failed (exit {rc}): {shlex.join(map(str, argv[-12:]))}\nlog {log}, last lines:\n{log.read_text(errors='replace')[-3000:]}")
+    if rc:
+        tail = log.read_text(errors='replace')[-3000:]
+        raise RuntimeError(f"command failed (exit {rc}): {shlex.join(map(str, argv[-12:]))}\nlog {log}, last lines:\n{tail}")
 
 def _stop(proc, grace:float=30):
     "Terminate a process, then kill it after `grace` seconds"
@@ -340,7 +343,7 @@ def _stop(proc, grace:float=30):
         proc.kill()
         proc.wait()
 
-# %% ../nbs/17_pipeline.ipynb #f5b33a8c
+# %% ../nbs/17_pipeline.ipynb #5fdee882
 class PeakMemory:
     "The largest total resident memory of this process and all its descendants, sampled every `every` seconds (Linux /proc)"
     def __init__(self, every:float=1.0):
@@ -375,7 +378,7 @@ class PeakMemory:
     @property
     def gib(self)->float: return self.peak / 2**30
 
-# %% ../nbs/17_pipeline.ipynb #772ea1d7
+# %% ../nbs/17_pipeline.ipynb #98eb7315
 class Servers:
     "The endpoints of a run's models: served ones are checked, weights and backends served here (coda's own server, or one vLLM per model)"
     def __init__(self, cfg:Serving,            # how to serve
@@ -474,7 +477,7 @@ class Servers:
             self.local.stop()
             self.local = None
 
-# %% ../nbs/17_pipeline.ipynb #e6d48385
+# %% ../nbs/17_pipeline.ipynb #1032360b
 JUDGED, CHECKER = 'judge', 'checker'   # the names labels are filed under: the pipeline's judge, and the checkers' outcomes
 
 def expand_runs(paths:Sequence, root:Path)->list:
@@ -511,7 +514,7 @@ class Pipeline:
             raise ValueError(f"{self.root} was made with another config; changed: {changed}. Use another run folder, --fresh or --accept-changes")
         self.record.update(config=new, config_file=self.cfg.source, **({} if old else {'created': time.strftime('%Y-%m-%dT%H:%M:%S')}))
 
-# %% ../nbs/17_pipeline.ipynb #dc9fb69e
+# %% ../nbs/17_pipeline.ipynb #79d94480
 @patch
 @contextmanager
 def stage(self:Pipeline, name:str,          # unique in the run
@@ -562,7 +565,7 @@ def stage(self:Pipeline, name:str,          # unique in the run
     self.record.update(name, status='done', seconds=secs, outputs=s.info, finished=time.strftime('%Y-%m-%dT%H:%M:%S'))
     self.log(f"{tag}: done in {secs:.0f} s")
 
-# %% ../nbs/17_pipeline.ipynb #2eef9f67
+# %% ../nbs/17_pipeline.ipynb #ae000f18
 @patch(as_prop=True)
 def apps(self:Pipeline)->list:
     "The apps of the run"
@@ -607,7 +610,7 @@ def planners(self:Pipeline, row:str)->dict:
 @patch(as_prop=True)
 def executor(self:Pipeline)->tuple: return ('executor', self.cfg.models.executor)
 
-# %% ../nbs/17_pipeline.ipynb #81a70fd4
+# %% ../nbs/17_pipeline.ipynb #29061951
 @patch
 def judge_refs(self:Pipeline, use:str|None=None)->list:
     "(served name, ModelRef) of the judges that label steps: the base judge, the fine-tuned one, or both"
@@ -630,7 +633,7 @@ def make_judge(self:Pipeline, refs:Sequence, preset_name:str, name:str):
         return judges[0]
     return Ensemble(judges, name=name)
 
-# %% ../nbs/17_pipeline.ipynb #e45a8e83
+# %% ../nbs/17_pipeline.ipynb #5b507ede
 @patch
 def agent_config(self:Pipeline, executor=None):
     "The `AgentConfig` of every rollout (continuing the executor's pre-filled thought where its server can)"
@@ -686,7 +689,7 @@ def write_args(self:Pipeline, path:Path, args:dict)->Path:
     path.write_text(yaml.safe_dump(json.loads(json.dumps(args, default=str)), sort_keys=False))
     return path
 
-# %% ../nbs/17_pipeline.ipynb #5da9e3b0
+# %% ../nbs/17_pipeline.ipynb #0dc697e2
 @patch
 def steps(self:Pipeline)->list:
     "Every stage in order (each skipped when done before, or only planned in a dry run); returns the plan"
@@ -730,7 +733,7 @@ def run(self:Pipeline)->dict:
     self.log(f"pipeline done: {self.root} ({self.record.data['seconds']:.0f} s over all its runs; peak memory {self.record.data['peak_gib']:.2f} GiB)")
     return self.record.data
 
-# %% ../nbs/17_pipeline.ipynb #3a6231af
+# %% ../nbs/17_pipeline.ipynb #81bea8cf
 def pick_heldout(tasks:Sequence, k:int, seed:str)->list:
     "Up to `k` checkable tasks per template family (`task.extra['template']`), a seeded choice: held out from exploration, evaluated only"
     fams = {}
@@ -776,7 +779,7 @@ def generate_tasks(self:Pipeline)->dict:
     self._tasks.pop('heldout', None)
     return info
 
-# %% ../nbs/17_pipeline.ipynb #6b568a33
+# %% ../nbs/17_pipeline.ipynb #4d2f441e
 @patch
 def stage_explore(self:Pipeline, name:str, row:str, runs:dict, extra:Sequence=()):
     "Each app's train and generated tasks with its planner of `row`, into `runs[app]`; the checkers' outcomes filed as judgments (also in `extra` runs)"
@@ -813,7 +816,7 @@ def stage_judge(self:Pipeline, name:str, runs:Sequence):
     with self.stage(name, f"judge {len(runs)} run(s) with the {self.cfg.judging.use} judge ({self.cfg.judging.preset})", models=refs) as s:
         if s.run:
             s.info.update(self.judge_runs(runs, self.make_judge(refs, self.cfg.judging.preset, JUDGED)), judges=[n for n, _ in refs],
-                          vs_checker=judge_vs_checker(runs, JUDGED))
+                          runs=[str(r) for r in runs], vs_checker=judge_vs_checker(runs, JUDGED))
 
 def _judge_model(out:Path)->Path:
     "The servable model folder `coda train judge` made in `out`"
@@ -836,7 +839,7 @@ def stage_judge_train(self:Pipeline):
             self.launch('judge_train', argv, 'judge training')
             s.info.update(model=str(_judge_model(out)))
 
-# %% ../nbs/17_pipeline.ipynb #2f9632fa
+# %% ../nbs/17_pipeline.ipynb #fad64e56
 def positive_steps(runs:Sequence, labels:str, app:str)->int:
     "How many positive steps the judgments `labels` give `app`'s episodes of `runs`"
     from coda.judge import read_judgments
@@ -900,7 +903,7 @@ def stage_stage2(self:Pipeline, labels:str, sfx:str, runs:Sequence):
         self.launch(f'stage2{sfx}', argv, 'SFT')
         s.info.update(episodes=n, model=str(servable(out, base.path.replace('{run}', str(self.root)))), **sft_summary(out))
 
-# %% ../nbs/17_pipeline.ipynb #1389d01a
+# %% ../nbs/17_pipeline.ipynb #3ef4b793
 @patch
 def stage_eval(self:Pipeline, which:str, row:str, n:int):
     planners = self.planners(row)
@@ -971,7 +974,7 @@ def stage_tables(self:Pipeline):
         if bad := {k: v['error'] for k, v in summary.items() if not v['ok']}: raise RuntimeError(f"table notebooks failed: {bad}")
         s.info.update(notebooks={k: v['output'] for k, v in summary.items()}, out=str(from_root(t.out)))
 
-# %% ../nbs/17_pipeline.ipynb #693c00bb
+# %% ../nbs/17_pipeline.ipynb #80864641
 def format_plan(plan:list, cfg:PipelineConfig)->str:
     "A dry run's plan as text: each stage with what it does, its models (where and how served) and its commands"
     launch = ' '.join(['accelerate launch'] + ([f'--config_file {cfg.launch.config_file}'] if cfg.launch.config_file else [])

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['PrepareArgs', 'prepare_args', 'planner_texts', 'build_planner', 'prepare']
 
-# %% ../../nbs/mini/06_prepare.ipynb #aed573b0
+# %% ../../nbs/mini/06_prepare.ipynb #6a144938
 import json, shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -16,7 +16,7 @@ from .slots import SlotCodec
 from .teacher import template_families, template_tasks
 from .tinyjudge import record_mixed
 
-# %% ../../nbs/mini/06_prepare.ipynb #4fdd5c38
+# %% ../../nbs/mini/06_prepare.ipynb #3f736188
 @dataclass
 class PrepareArgs:
     "The miniature's preparation settings (`prepare_args` of the config)"
@@ -35,7 +35,7 @@ def prepare_args(d:dict)->PrepareArgs:
     if bad := set(d) - {f.name for f in fields(PrepareArgs)}: raise ValueError(f"prepare_args: unknown key(s) {sorted(bad)}")
     return PrepareArgs(**d)
 
-# %% ../../nbs/mini/06_prepare.ipynb #ab33a479
+# %% ../../nbs/mini/06_prepare.ipynb #2751701c
 def planner_texts(runs:Sequence, tasks:Sequence, codec=None)->list:
     "The texts a planner reads before training: every demonstration prompt with its reply, and each task's opening screen"
     from coda.grpo import replay
@@ -65,7 +65,7 @@ def build_planner(texts:list, out:Path, hidden:int=128, layers:int=4, vocab:int=
     from coda.models import build_tiny_qwen25vl, domain_tokenizer
     return build_tiny_qwen25vl(out, seed=seed, hidden=hidden, layers=layers, tokenizer=domain_tokenizer(texts, vocab))
 
-# %% ../../nbs/mini/06_prepare.ipynb #370a637b
+# %% ../../nbs/mini/06_prepare.ipynb #f4b61390
 def _tasks_of(p, split:str)->list:
     return [t for t in p._load(p.cfg.tasks.source, split) if t.app in p.apps]
 
@@ -120,7 +120,8 @@ def prepare(p)->None:
             from coda.mini.tinyjudge import build_tiny_base
             from coda.judge_train import judge_sft_rows
             from coda.serve import load_codec
-            rows, _ = judge_sft_rows(noisy + [root/'judge-own'], 'checker', max_frames=a.judge.get('max_frames', 8), codec=load_codec(p.cfg.models.judge.codec or None))
+            codec = load_codec(p.cfg.models.judge.codec or None)
+            rows, _ = judge_sft_rows(noisy + [root/'judge-own'], 'checker', max_frames=a.judge.get('max_frames', 8), codec=codec)
             build_tiny_base(root/'random-judge', rows, seed=seed, **a.judge_model)   # its tokenizer learns the texts of the rows it trains on
             p.write_args(root/'judge.yaml', {**a.judge, **({'codec': p.cfg.models.judge.codec} if p.cfg.models.judge.codec else {}),
                                              'seed': seed})

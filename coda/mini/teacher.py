@@ -5,13 +5,13 @@
 # %% auto #0
 __all__ = ['PROPOSALS', 'DEMONSTRABLE', 'propose', 'template_oracle', 'TemplateTeacher', 'template_tasks', 'template_families']
 
-# %% ../../nbs/mini/05_teacher.ipynb #85615ee0
+# %% ../../nbs/mini/05_teacher.ipynb #1e60ccab
 import json, random, re, time
 from typing import Sequence
 from ..models import Reply
 from ..taskgen import match_template, to_task, checkable_tasks, dedup_tasks
 
-# %% ../../nbs/mini/05_teacher.ipynb #e988a717
+# %% ../../nbs/mini/05_teacher.ipynb #4f7b2649
 PROPOSALS = {
     'Algebra': [lambda r: f"Store {r.randint(2, 99)} in a variable named {r.choice('abcdhkmnpqrstuwxyz')} in Algebra.",
                 lambda r: f"Switch the angle mode to {r.choice(['degrees', 'radians'])} in Algebra.",
@@ -32,7 +32,7 @@ def template_oracle(app:str, instruction:str)->list|None:
     hit = match_template(app, instruction)
     return hit[2] if hit and hit[0].name in DEMONSTRABLE else None
 
-# %% ../../nbs/mini/05_teacher.ipynb #935f02ef
+# %% ../../nbs/mini/05_teacher.ipynb #276349ec
 _APP, _N = re.compile(r'operates the application "([^"]+)"'), re.compile(r'Propose (\d+) new tasks')
 
 class TemplateTeacher:
@@ -53,9 +53,9 @@ class TemplateTeacher:
         self.calls += 1
         return Reply(self.reply_for(messages), None, None, time.perf_counter() - t0, 1, self.model, 'local:template-teacher')
 
-# %% ../../nbs/mini/05_teacher.ipynb #f7b6a480
+# %% ../../nbs/mini/05_teacher.ipynb #638488af
 def template_tasks(apps:Sequence, per_app:int, seed:int|str=0, avoid:Sequence=(), tries:int|None=None, oracle:bool=False)->list:
-    "Generated tasks: template instructions with random values that get a checker and repeat no task of `avoid` (`oracle`: demonstrable ones, solution attached)"
+    "Generated tasks: template instructions with random values that get a checker and repeat no task of `avoid` (`oracle`: demonstrable, solved)"
     out = []
     for app in apps:
         r, kept, seen = random.Random(f'{seed}-{app}-gen'), [], set()

@@ -6,7 +6,7 @@
 __all__ = ['PAPER_TABLE1', 'PAPER_APPS', 'paper_cell', 'make_table1', 'pipeline_rows', 'table1_markdown', 'plot_rows',
            'plot_grpo', 'checker_rate', 'plot_pipeline', 'plot_frames']
 
-# %% ../../nbs/20_table1.ipynb #5cf3f019
+# %% ../../nbs/20_table1.ipynb #59638e95
 import json
 from pathlib import Path
 import pandas as pd
@@ -14,7 +14,7 @@ from ..paths import from_root
 from ..metrics import success_table, table_markdown
 from ..store import RunStore
 
-# %% ../../nbs/20_table1.ipynb #0bfda4fd
+# %% ../../nbs/20_table1.ipynb #bc0bd48d
 PAPER_TABLE1 = {  # row -> (the paper's name for it, {app: (Average@8, Pass@8)}): CODA Table 1, ScienceBoard, percent
     'baseline': ('Qwen2.5-VL-32B (baseline planner)',
                  {'Algebra': (10.48, 29.03), 'Biochem': (13.79, 31.03), 'GIS': (1.47, 8.82), 'Astronomy': (4.55, 9.09), 'overall': (7.57, 19.49)}),
@@ -33,7 +33,7 @@ def paper_cell(row:str, app:str)->tuple:
     key = 'overall' if str(app).startswith('overall (mean of apps') else PAPER_APPS.get(app)
     return PAPER_TABLE1.get(row, ('', {}))[1].get(key, (None, None))
 
-# %% ../../nbs/20_table1.ipynb #d1dde226
+# %% ../../nbs/20_table1.ipynb #d3e4814a
 def make_table1(records:dict,        # row name -> episode records of that row's evaluation
                 tasks:list,          # the tasks as (app, task id)
                 k:int=8,             # samples per task
@@ -62,7 +62,7 @@ def pipeline_rows(run:Path|str, which:str='test')->dict:
         out[name.removeprefix(f'eval_{which}_')] = (recs, [tuple(t) for t in o['tasks']], o['samples'])
     return out
 
-# %% ../../nbs/20_table1.ipynb #f464f704
+# %% ../../nbs/20_table1.ipynb #b9f885c0
 def table1_markdown(df:pd.DataFrame, k:int, title:str, paper:bool=True)->str:
     "The table as Markdown: a block per row, ours with intervals, and (with `paper`) the paper's row beside"
     app = df.columns[1]
@@ -71,7 +71,8 @@ def table1_markdown(df:pd.DataFrame, k:int, title:str, paper:bool=True)->str:
     for row in df['row'].unique():
         d = df[df['row'] == row]
         name = PAPER_TABLE1.get(row, ('', {}))[0] if paper else ''
-        blocks.append(f"**{row}**" + (f" (the paper's row: {name})" if name else ' (not a row of the paper)' if paper else '') + '\n\n' + table_markdown(d[keep].set_index(app)))
+        head = f"**{row}**" + (f" (the paper's row: {name})" if name else ' (not a row of the paper)' if paper else '')
+        blocks.append(head + '\n\n' + table_markdown(d[keep].set_index(app)))
         if name:
             paper = [f"| {a} | {p8:.2f} | {pp8:.2f} |" for a, (p8, pp8) in PAPER_TABLE1[row][1].items()]
             blocks.append(f"The paper, {name} on ScienceBoard (CODA Table 1, percent):\n\n| app | Average@8 | Pass@8 |\n|---|---:|---:|\n" + '\n'.join(paper))
@@ -105,7 +106,7 @@ def plot_rows(df:pd.DataFrame, path:Path, k:int=8, title:str='Table 1 (ours)'):
     plt.close(fig)
     return path
 
-# %% ../../nbs/20_table1.ipynb #895c52f6
+# %% ../../nbs/20_table1.ipynb #9b96b511
 def plot_grpo(root:Path, path:Path):
     "Each specialist's GRPO curves (TRL's log): mean reward per step, and the share of sampled thoughts whose executor action was the labelled one"
     import matplotlib; matplotlib.use('Agg')

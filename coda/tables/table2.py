@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['PAPER_TABLE2', 'prf_intervals', 'table2_frame', 'table2_markdown', 'plot_pr', 'write_table2']
 
-# %% ../../nbs/21_table2.ipynb #f29b2b0c
+# %% ../../nbs/21_table2.ipynb #84e3dadd
 import json, math
 from pathlib import Path
 import numpy as np
@@ -14,7 +14,7 @@ from ..paths import from_root
 from ..judge import read_judgments, judge_labels
 from ..metrics import judge_prf
 
-# %% ../../nbs/21_table2.ipynb #79d48749
+# %% ../../nbs/21_table2.ipynb #49565a9b
 PAPER_TABLE2 = {  # our row -> (the paper's row, (AgentRewardBench P, R), (ScienceBoard P, R)): CODA Table 2, percent
     'single': ('Qwen2.5-VL-72B-single', (64.5, 83.4), (41.5, 80.1)),
     'finetuned': ('72B-GUI-Judge (LoRA rank 8)', (73.5, 79.0), (43.7, 80.1)),
@@ -23,7 +23,7 @@ PAPER_TABLE2 = {  # our row -> (the paper's row, (AgentRewardBench P, R), (Scien
     'ensemble': ('72B-voting@4 Ensemble (base + GUI-Judge)', (81.2, 76.8), (69.5, 74.2)),
 }
 
-# %% ../../nbs/21_table2.ipynb #08da4f73
+# %% ../../nbs/21_table2.ipynb #c59bfc8b
 def prf_intervals(y_true, y_pred,   # labels as for `coda.metrics.judge_prf` (1/0 truth; 1/0/-1 predictions)
                   B:int=1000,       # bootstrap replicates
                   seed:int=0,       # seed of the resampling
@@ -44,7 +44,7 @@ def prf_intervals(y_true, y_pred,   # labels as for `coda.metrics.judge_prf` (1/
     (p_lo, p_hi), (r_lo, r_hi) = ci(prec), ci(rec)
     return dict(p_lo=float(p_lo), p_hi=float(p_hi), r_lo=float(r_lo), r_hi=float(r_hi))
 
-# %% ../../nbs/21_table2.ipynb #20edcc87
+# %% ../../nbs/21_table2.ipynb #ae038a55
 def table2_frame(runs:list,                # checker-scored runs the judges voted on
                  rows:dict,                # row label -> the name the judge's decisions are filed under
                  bootstrap:int=1000, seed:int=0,
@@ -67,7 +67,7 @@ def table2_frame(runs:list,                # checker-scored runs the judges vote
                       'Paper ScienceBoard P': paper[2][0], 'Paper ScienceBoard R': paper[2][1], 'Paper ARB P': paper[1][0], 'Paper ARB R': paper[1][1]}
     return pd.DataFrame.from_dict(out, orient='index').round(2)
 
-# %% ../../nbs/21_table2.ipynb #0eb0e36b
+# %% ../../nbs/21_table2.ipynb #ef82fc69
 def _pm(v, lo=math.nan, hi=math.nan): return '–' if pd.isna(v) else f"{v:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if not (pd.isna(lo) or pd.isna(hi)) else '')
 
 def table2_markdown(df:pd.DataFrame, # `table2_frame`
@@ -81,10 +81,12 @@ def table2_markdown(df:pd.DataFrame, # `table2_frame`
     for k, r in df.iterrows():
         lines.append(f"| {k} | {_pm(r['Precision'], r['P low'], r['P high'])} | {_pm(r['Recall'], r['R low'], r['R high'])} | {_pm(r['F1'])} | "
                      f"{_pm(r['Accuracy'])} | {_pm(r['TNR'])} | {int(r['n'])} | {int(r['n/a'])} | {r['Calls per trajectory']:.2f} | "
-                     f"{r['Paper row'] or '–'} | {_pm(r['Paper ScienceBoard P'])} | {_pm(r['Paper ScienceBoard R'])} | {_pm(r['Paper ARB P'])} | {_pm(r['Paper ARB R'])} |")
+                     f"{r['Paper row'] or '–'} | {_pm(r['Paper ScienceBoard P'])} | {_pm(r['Paper ScienceBoard R'])} | "
+                     f"{_pm(r['Paper ARB P'])} | {_pm(r['Paper ARB R'])} |")
     lines += ['', "Paper columns: CODA's Table 2 (Qwen2.5-VL-72B judges), on its two benchmarks: 377 ScienceBoard trajectories with human labels, "
               "and AgentRewardBench's web trajectories with expert labels. Ours: AgentRewardBench's semantics (success is the positive class, "
-              "an unparsed reply is a rejection, n/a drops out; a judge that accepted nothing has no precision, –); 95% bootstrap intervals over trajectories."]
+              "an unparsed reply is a rejection, n/a drops out; a judge that accepted nothing has no precision, –); "
+              "95% bootstrap intervals over trajectories."]
     return '\n'.join(lines) + '\n'
 
 def plot_pr(df:pd.DataFrame, path:Path|str, title:str='Table 2: judges', base_rate:float|None=None)->Path:
