@@ -34,12 +34,12 @@ def main():
     ap.add_argument('--out', default='', help="where the control's model and episodes go (default: <run>/replay-control)")
     a = ap.parse_args()
     from coda.paths import from_root
-    from coda.pipeline import Pipeline, ModelRef, load_config, config_dict, expand_runs, sft_summary, _diff, _HARMLESS
+    from coda.pipeline import Pipeline, ModelRef, load_config, config_dict, config_changes, expand_runs, sft_summary
     root = from_root(a.run)
     out = Path(a.out) if a.out else root/'replay-control'
     rec = json.loads((root/'pipeline.json').read_text())
     cfg = load_config(rec['config_file'], run=str(root))
-    if changed := [k for k in _diff(rec['config'], config_dict(cfg)) if not k.startswith(_HARMLESS)]:
+    if changed := config_changes(rec['config'], config_dict(cfg)):
         raise SystemExit(f"{rec['config_file']} has changed since the run ({changed}): the control would not use the run's recipe")
     p = Pipeline(cfg, progress=True)
     st = dict(cfg.stage2)

@@ -9,15 +9,9 @@ __all__ = ['build_parser', 'main']
 import argparse, json, os, shlex, shutil, subprocess, sys, time
 from pathlib import Path
 from .paths import ROOT, PARAMS
-from .config import get_settings, show_settings
+from .config import get_settings, show_settings, size_arg
 
 # %% ../nbs/90_cli.ipynb #174a809e
-def _size(s):
-    try:
-        w, h = s.lower().split('x')
-        return int(w), int(h)
-    except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
-
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -47,8 +41,8 @@ def _add_parse(sub):
     c = sub.add_parser('parse', help='parse a model reply into actions and pyautogui code',
                        description='Parse a UI-TARS / Doubao / CODA-planner / pyautogui reply; prints the actions and the pyautogui code.')
     c.add_argument('text', help="the reply, or - to read it from stdin")
-    c.add_argument('--screen', type=_size, help='screen size WxH (default: settings)')
-    c.add_argument('--frame', type=_size, help="model frame WxH (default: smart_resize of the screen with the settings' pixel limits)")
+    c.add_argument('--screen', type=size_arg, help='screen size WxH (default: settings)')
+    c.add_argument('--frame', type=size_arg, help="model frame WxH (default: smart_resize of the screen with the settings' pixel limits)")
     c.add_argument('--coords', choices=['absolute', 'relative1000'], help='coordinate convention (default: settings)')
     c.add_argument('--json', action='store_true', help='print the actions as one JSON list')
     c.set_defaults(fn=_cmd_parse)
@@ -115,7 +109,7 @@ def _add_eval(sub):
     c.add_argument('--limit', type=int, help='only the first N tasks')
     c.add_argument('--k', type=int, nargs='+', help='Pass@k columns besides Pass@n (default 1)')
     c.add_argument('--obs', choices=['screenshot', 'a11y', 'both'], default='screenshot', help='what the planner sees (default screenshot)')
-    c.add_argument('--screen', type=_size, help='screen WxH (default: settings)')
+    c.add_argument('--screen', type=size_arg, help='screen WxH (default: settings)')
     for role in ('planner', 'executor'):
         c.add_argument(f'--{role}-url', help=f'{role} endpoint (default: settings)')
         c.add_argument(f'--{role}-model', help=f'{role} model name (default: settings)')
@@ -160,7 +154,7 @@ def _add_judge(sub):
     c.add_argument('--name', help='name the judgments are filed under (default: the preset)')
     c.add_argument('--frames', type=int, help='keyframes per request (default 8)')
     c.add_argument('--max-tokens', type=int, help='completion limit per vote (default 1024)')
-    c.add_argument('--resolution', type=_size, help="scale every vote's frames to fit WxH (default: the preset's schedule)")
+    c.add_argument('--resolution', type=size_arg, help="scale every vote's frames to fit WxH (default: the preset's schedule)")
     c.add_argument('--workers', type=int, default=4, help='episodes judged at the same time (default 4)')
     c.add_argument('--limit', type=int, help='judge at most N episodes now')
     c.add_argument('--judge-url', help='judge endpoint (default: settings)')

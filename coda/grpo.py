@@ -6,7 +6,7 @@
 __all__ = ['log', 'GRPO_PRESETS', 'MATCH', 'GRPO_COMMAND_KEYS', 'replay', 'to_trl_prompt', 'grpo_examples', 'build_grpo_dataset',
            'encode_grpo_dataset', 'DecoupledReward', 'group_advantages', 'grpo_loss', 'aggregate', 'load_planner',
            'freeze_vision_tower', 'lora_config', 'grpo_config', 'step_success', 'write_curves', 'train_grpo',
-           'recording_trainer', 'reference_loss', 'add_grpo_args', 'grpo_command_options', 'grpo_codec',
+           'recording_trainer', 'reference_loss', 'add_grpo_args', 'grpo_command_options', 'first_process',
            'run_grpo_command']
 
 # %% ../nbs/14_grpo.ipynb #f5bdea7a
@@ -19,6 +19,7 @@ from .actions import Action, parse_action, model_frame
 from .prompts import Conversation, user_turn, split_planner
 from .store import RunStore, read_jsonl
 from .reward import action_reward
+from .config import size_arg
 log = logging.getLogger(__name__)
 
 # %% ../nbs/14_grpo.ipynb #491c5b33
@@ -332,12 +333,6 @@ def reference_loss(rec:dict)->float:
 GRPO_COMMAND_KEYS = dict(   # the --config YAML keys that are coda's rather than GRPOConfig fields, with their defaults
     preset='coda', lora=True, freeze_vision=True, codec=None, point_scale=1.0, executor_concurrency=16, no_continue=False, shuffle=False)
 
-def _wxh(s:str)->tuple:
-    try:
-        w, h = s.lower().split('x')
-        return int(w), int(h)
-    except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
-
 def add_grpo_args(p):
     "Add `coda train grpo`'s arguments to an argparse parser"
     d = p.add_argument_group('data')
@@ -370,7 +365,7 @@ def add_grpo_args(p):
     e.add_argument('--executor-model', help='executor model name (default: settings)')
     e.add_argument('--executor-concurrency', type=int, help='executor requests in flight per process (default 16)')
     e.add_argument('--no-continue', action='store_true', help='the executor writes a fresh reply (transformers serve) instead of continuing the thought')
-    e.add_argument('--screen', type=_wxh, help='screen WxH (default: settings)')
+    e.add_argument('--screen', type=size_arg, help='screen WxH (default: settings)')
     e.add_argument('--point-scale', type=float, help="distance scale of a point's reward (coda.reward.action_reward; default 1, SEAgent's)")
     e.add_argument('--api-key', help='API key (default: settings)')
     return p
@@ -393,13 +388,7 @@ def grpo_command_options(a)->tuple:
     return opts, kw
 
 # %% ../nbs/14_grpo.ipynb #b5168d00
-def grpo_codec(codec)->object:
-    "A codec object from an object or a dotted name (`coda.serve.load_codec`, imported only then); None stays None"
-    if not isinstance(codec, str): return codec
-    from coda.serve import load_codec
-    return load_codec(codec)
-
-def _first_process()->bool:
+def first_process()->bool:
     "Whether this is a launch's first process (or a plain run), read from the launcher's RANK: accelerate's state is the trainer's to make"
     return int(os.environ.get('RANK', '0')) == 0
 
@@ -407,13 +396,14 @@ def run_grpo_command(a):
     "Run `coda train grpo` from parsed arguments: the app's dataset, the executor's reward, `train_grpo`; returns the trainer"
     from coda.config import get_settings
     from coda.models import OpenAIChat
+    from coda.serve import load_codec
     opts, kw = grpo_command_options(a)
     s = get_settings(getattr(a, 'settings', None), executor_url=a.executor_url, executor_model=a.executor_model, api_key=a.api_key)
-    codec = grpo_codec(opts['codec'])
+    codec = load_codec(opts['codec'])
     ds = build_grpo_dataset(a.runs, a.judge, apps=[a.app])
     if opts['shuffle']: ds = ds.shuffle(seed=kw.get('seed', 0))
     out = Path(a.out) if a.out else s.runs/f'grpo-{a.app}'
-    if _first_process():
+    if first_process():
         print(f"{len(ds)} positive steps of {a.app} from {len(a.runs)} run(s) -> {out}", flush=True)
         print(f"executor {s.executor_model} @ {s.executor_url} (frozen)" + (f"; planner codec {opts['codec']}" if codec is not None else ''), flush=True)
     ex = OpenAIChat.from_settings('executor', s, max_concurrency=opts['executor_concurrency'])

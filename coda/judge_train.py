@@ -16,6 +16,7 @@ from .judge import Verdict, Trajectory, judge_messages, load_trajectory, read_ju
 from .judge import arb_annotations, arb_trajectory_path, load_arb_trajectory
 from PIL import Image
 from .store import RunStore, ended_in_error
+from .config import size_arg
 from .sft import TEXT_ATTENTION
 log = logging.getLogger(__name__)
 
@@ -209,11 +210,9 @@ def trained_judge(out:Path|str,       # a judge's folder
 
 def load_judge_codec(codec)->tuple:
     "(codec object, its dotted name) from an object or a dotted name (loaded with `coda.serve.load_codec`); (None, None) for None"
+    from coda.serve import load_codec
     if codec is None: return None, None
-    if isinstance(codec, str):
-        from coda.serve import load_codec
-        return load_codec(codec), codec
-    return codec, f'{type(codec).__module__}.{type(codec).__qualname__}'
+    return load_codec(codec), codec if isinstance(codec, str) else f'{type(codec).__module__}.{type(codec).__qualname__}'
 
 def process_state(cpu:bool|None=None, # train on CPU (None: when no GPU is available), as `coda.sft.sft_trainer` decides
                  ):
@@ -283,12 +282,6 @@ def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, ar
     return model
 
 # %% ../nbs/11a_judge_train.ipynb #b486bebf
-def _wxh(s:str)->tuple:
-    import argparse
-    try: w, h = map(int, s.lower().split('x'))
-    except ValueError: raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1280x800, got {s!r}")
-    return w, h
-
 def add_judge_args(p):
     "Add `coda train judge`'s arguments to an argparse parser"
     p.add_argument('--runs', nargs='+', default=[], help='run folders whose judged episodes are the training data')
@@ -305,7 +298,7 @@ def add_judge_args(p):
     p.add_argument('--batch-size', type=int, help='rows per device per step (default 1)')
     p.add_argument('--grad-accum', type=int, help='gradient accumulation steps (default 1)')
     p.add_argument('--frames', type=int, help='keyframes per request, as the judge will be served (default 8)')
-    p.add_argument('--resolution', type=_wxh, help='scale frames to fit WxH, as the judge will be served (default: as stored)')
+    p.add_argument('--resolution', type=size_arg, help='scale frames to fit WxH, as the judge will be served (default: as stored)')
     p.add_argument('--codec', help='dotted name of the codec the judge reads requests through (coda.serve.load_codec)')
     p.add_argument('--config', help='YAML of train_judge arguments and SFTConfig fields (command-line flags win)')
     p.add_argument('--seed', type=int, help='seed of the balancing and the training (default 0)')

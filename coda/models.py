@@ -6,7 +6,7 @@
 __all__ = ['log', 'QWEN_SPECIAL', 'QWEN25VL_CHAT_TEMPLATE', 'PAPER_SERVERS', 'Reply', 'ModelError', 'image_part',
            'to_openai_messages', 'ChatBackend', 'OpenAIChat', 'preflight', 'preflight_sync',
            'patch_qwen_vl_processors_without_video', 'domain_tokenizer', 'build_tiny_qwen25vl', 'LocalChat',
-           'serve_transformers', 'VLLMServer', 'vllm_commands']
+           'free_port', 'log_tail', 'serve_transformers', 'VLLMServer', 'vllm_commands']
 
 # %% ../nbs/04_models.ipynb #11bd7c29
 import asyncio, base64, importlib, io, json, logging, os, random, re, shutil, socket, subprocess, sys, tempfile, time, weakref
@@ -538,12 +538,18 @@ def _serve_main():
     sys.argv[0] = 'transformers'
     sys.exit(main())
 
-def _free_port(host:str='127.0.0.1')->int:
+def free_port(host:str='127.0.0.1')->int:
+    "A TCP port free on `host` now (for a server about to start)"
     with socket.socket() as s:
-        s.bind((host, 0)); return s.getsockname()[1]
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
-def _tail(path:Path, n:int=3000)->str:
-    try: return path.read_text(errors='replace')[-n:]
+def log_tail(path:Path, n:int=3000)->str:
+    "The last `n` bytes of a log file as text ('' when it cannot be read), for error messages"
+    try:
+        with open(path, 'rb') as f:
+            f.seek(max(0, f.seek(0, 2) - n))
+            return f.read().decode(errors='replace')
     except OSError: return ''
 
 # %% ../nbs/04_models.ipynb #72c163bc
@@ -555,7 +561,7 @@ def serve_transformers(model_dir:str|Path,      # the model folder to serve (req
                        device:str='cpu',         # `--device` of the server
                       )->Iterator[str]: # the base URL, 'http://HOST:PORT/v1'
     "Run a real `transformers serve` subprocess on `model_dir`; yields its OpenAI base URL and stops it on exit"
-    port = port or _free_port(host)
+    port = port or free_port(host)
     work = Path(tempfile.mkdtemp(prefix='coda-serve-'))
     (work/'hub').mkdir()
     log = work/'server.log'
@@ -571,12 +577,12 @@ def serve_transformers(model_dir:str|Path,      # the model folder to serve (req
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"transformers serve on {model_dir} exited with code {proc.returncode} before it was ready:\n{_tail(log)}")
+                raise RuntimeError(f"transformers serve on {model_dir} exited with code {proc.returncode} before it was ready:\n{log_tail(log)}")
             try:
                 if httpx.get(base + '/health', timeout=2).status_code == 200: break
             except httpx.HTTPError: pass
             if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"transformers serve on {model_dir} not ready at {base}/health after {timeout:g} s:\n{_tail(log)}")
+                raise TimeoutError(f"transformers serve on {model_dir} not ready at {base}/health after {timeout:g} s:\n{log_tail(log)}")
             time.sleep(0.25)
         yield base + '/v1'
     finally:

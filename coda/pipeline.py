@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['JUDGED', 'CHECKER', 'ModelRef', 'Models', 'Serving', 'Launch', 'Tasks', 'AgentSettings', 'Generate', 'Explore',
            'Judging', 'Evaluation', 'Table2', 'Tables', 'PipelineConfig', 'merge_dicts', 'set_key', 'load_config',
-           'config_dict', 'Record', 'Stage', 'launch_command', 'launch_env', 'run_logged', 'PeakMemory', 'Servers',
-           'expand_runs', 'Pipeline', 'pick_heldout', 'judge_vs_checker', 'positive_steps', 'clean_successes',
-           'servable', 'grpo_summary', 'sft_summary', 'run_notebooks', 'format_plan']
+           'config_dict', 'Record', 'Stage', 'config_changes', 'launch_command', 'launch_env', 'run_logged',
+           'PeakMemory', 'Servers', 'expand_runs', 'Pipeline', 'pick_heldout', 'judge_vs_checker', 'positive_steps',
+           'clean_successes', 'servable', 'grpo_summary', 'sft_summary', 'run_notebooks', 'format_plan']
 
 # %% ../nbs/17_pipeline.ipynb #af1a2b4d
 import copy, json, os, random, re, shlex, shutil, subprocess, sys, threading, time
@@ -20,6 +20,7 @@ from .paths import from_root, PARAMS
 from fastcore.basics import patch
 from .store import RunStore, _atomic_write
 from .serve import die_with_parent
+from .models import free_port, log_tail
 
 # %% ../nbs/17_pipeline.ipynb #22124841
 @dataclass
@@ -271,13 +272,11 @@ def _diff(a, b, path:str='')->list:
         return [k for key in sorted(set(a) | set(b)) for k in _diff(a.get(key), b.get(key), f'{path}.{key}' if path else key)]
     return [] if a == b else [path]
 
-# %% ../nbs/17_pipeline.ipynb #3debd9f6
-def _free_port()->int:
-    import socket
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
+def config_changes(old:dict, new:dict)->list:
+    "The keys (dotted) whose change makes a run folder's work another run's: every difference but the harmless ones (workers, serving, ...)"
+    return [k for k in _diff(old, new) if not k.startswith(_HARMLESS)]
 
+# %% ../nbs/17_pipeline.ipynb #3debd9f6
 def launch_command(launch:Launch,           # how to launch
                    args:Sequence,           # the `coda` command's arguments, e.g. ['train', 'grpo', ...]
                    port:int|None=None,      # accelerate's main process port (None: a free one)
@@ -286,7 +285,7 @@ def launch_command(launch:Launch,           # how to launch
     a = [sys.executable, '-m', 'accelerate.commands.launch']
     if launch.config_file: a += ['--config_file', str(from_root(launch.config_file))]
     if launch.cpu: a += ['--multi_gpu'] if launch.num_processes > 1 else ['--cpu']   # with no GPU visible: torchrun's CPU processes (see above)
-    a += ['--num_processes', str(launch.num_processes), '--num_machines', '1', '--main_process_port', str(port or _free_port())]
+    a += ['--num_processes', str(launch.num_processes), '--num_machines', '1', '--main_process_port', str(port or free_port())]
     if not launch.config_file: a += ['--mixed_precision', 'no', '--dynamo_backend', 'no']
     return a + [str(x) for x in launch.extra] + ['-m', 'coda.cli', *map(str, args)]
 
@@ -332,7 +331,7 @@ def run_logged(argv:Sequence,               # the command
             raise
         finally: bar.close()
     if rc:
-        tail = log.read_text(errors='replace')[-3000:]
+        tail = log_tail(log)
         raise RuntimeError(f"command failed (exit {rc}): {shlex.join(map(str, argv[-12:]))}\nlog {log}, last lines:\n{tail}")
 
 def _stop(proc, grace:float=30):
@@ -438,7 +437,7 @@ class Servers:
         t0 = time.monotonic()
         while True:
             if s['proc'].poll() is not None:
-                raise RuntimeError(f"the server of {name} exited ({s['proc'].returncode}); {logf}:\n{logf.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(f"the server of {name} exited ({s['proc'].returncode}); {logf}:\n{log_tail(logf)}")
             try:
                 if httpx.get(s['url'].removesuffix('/v1') + '/health', timeout=5).status_code == 200: return
             except httpx.HTTPError: pass
@@ -510,7 +509,7 @@ class Pipeline:
 
     def _check_config(self, accept:bool):
         new, old = config_dict(self.cfg), self.record.data.get('config')
-        if old and (changed := [k for k in _diff(old, new) if not k.startswith(_HARMLESS)]) and not accept:
+        if old and (changed := config_changes(old, new)) and not accept:
             raise ValueError(f"{self.root} was made with another config; changed: {changed}. Use another run folder, --fresh or --accept-changes")
         self.record.update(config=new, config_file=self.cfg.source, **({} if old else {'created': time.strftime('%Y-%m-%dT%H:%M:%S')}))
 
@@ -568,11 +567,13 @@ def stage(self:Pipeline, name:str,          # unique in the run
 # %% ../nbs/17_pipeline.ipynb #ae000f18
 @patch(as_prop=True)
 def apps(self:Pipeline)->list:
-    "The apps of the run"
-    return list(self.cfg.tasks.apps) or sorted({t.app for t in self._load(self.cfg.tasks.source)})
+    "The apps of the run (the config's, else every app of the task source, read once)"
+    if 'apps' not in self._tasks: self._tasks['apps'] = list(self.cfg.tasks.apps) or sorted({t.app for t in self.load(self.cfg.tasks.source)})
+    return self._tasks['apps']
 
 @patch
-def _load(self:Pipeline, src, split:str|None=None)->list:
+def load(self:Pipeline, src, split:str|None=None)->list:
+    "The tasks of a task file or folder named in the config (`{run}` is the run folder; a missing one has none), of one split"
     from coda.tasks import load_tasks
     p = from_root(str(src).replace('{run}', str(self.root)))
     return load_tasks(p, split=split or None) if p.exists() else []
@@ -584,12 +585,12 @@ def tasks(self:Pipeline, which:str)->list:
     t = self.cfg.tasks
     if which in ('train', 'test'):
         split, k = (t.train_split, t.train_per_app) if which == 'train' else (t.test_split, t.test_per_app)
-        out = []
+        out, every = [], [] if split is None else self.load(t.source, split)
         for app in ([] if split is None else self.apps):
-            ts = [x for x in self._load(t.source, split) if x.app == app]
+            ts = [x for x in every if x.app == app]
             if k and k < len(ts): ts = sorted(random.Random(f'{self.cfg.seed}-{app}-{split}').sample(ts, k), key=lambda x: x.id)
             out += ts
-    elif which in ('generated', 'heldout'): out = [x for x in self._load(self.root/'tasks'/which) if x.app in self.apps]
+    elif which in ('generated', 'heldout'): out = [x for x in self.load(self.root/'tasks'/which) if x.app in self.apps]
     else: raise ValueError(f"task sets are train, test, generated and heldout, not {which!r}")
     if not self.dry and (which in ('train', 'test') or self.record.stage('generate').get('status') == 'done'): self._tasks[which] = out
     return out
@@ -762,7 +763,7 @@ def generate_tasks(self:Pipeline)->dict:
     from coda.agent import run_sync
     g, out, info = self.cfg.generate, self.root/'tasks', dict(generated={}, heldout={}, reports={})
     chat = self.servers.chat(self.cfg.models.teacher, 'teacher', 4)
-    avoid = self.tasks('test') + [t for src in g.avoid for t in self._load(src)]
+    avoid = self.tasks('test') + [t for src in g.avoid for t in self.load(src)]
     for d in ('generated', 'heldout'): shutil.rmtree(out/d, ignore_errors=True)
     for app in self.apps:
         shot = (lambda app=app: opening_screen(app, self.cfg.tasks.env, **self.cfg.tasks.env_opts)) if g.screenshot else None
@@ -831,7 +832,7 @@ def stage_judge_train(self:Pipeline):
     t, out = dict(t), self.root/'models'/'judge-finetuned'
     runs, labels, arb = expand_runs(t.pop('runs', []), self.root), t.pop('labels', CHECKER), t.pop('arb', '')
     argv = self.train_command(['train', 'judge', *(['--runs', *runs] if runs else []), '--labels', labels, *(['--arb', from_root(arb)] if arb else []),
-                               '--base', m.judge.path.replace('{run}', str(self.root)), '--out', out, '--config', out.parent/'judge-finetuned.yaml'])
+                               '--base', m.judge.path, '--out', out, '--config', out.parent/'judge-finetuned.yaml'])
     with self.stage('judge_train', f"fine-tune the base judge on {len(runs)} labelled run(s)" + (" and AgentRewardBench" if arb else ''),
                     commands=[argv]) as s:
         if s.run:
@@ -877,7 +878,7 @@ def sft_summary(out:Path)->dict:
 def stage_stage1(self:Pipeline, app:str, labels:str, sfx:str, explored:Sequence):
     base, out = self.cfg.models.planner, self.root/f'stage1{sfx}'/app
     def argv(url, name):
-        return self.train_command(['train', 'grpo', '--app', app, '--runs', *explored, '--judge', labels, '--model', base.path.replace('{run}', str(self.root)),
+        return self.train_command(['train', 'grpo', '--app', app, '--runs', *explored, '--judge', labels, '--model', base.path,
                                    '--out', out, '--executor-url', url, '--executor-model', name, '--config', out/'args.yaml', '--resume'])
     with self.stage(f'stage1_{app}{sfx}', f"Stage 1: decoupled GRPO of the {app} specialist on its {labels}-positive steps",
                     models=[self.executor], commands=[argv("EXECUTOR_URL", self.executor[0])]) as s:
@@ -886,13 +887,13 @@ def stage_stage1(self:Pipeline, app:str, labels:str, sfx:str, explored:Sequence)
             return s.info.update(positive_steps=0, model=None, note=f'no {labels}-positive step of {app}: the specialist is the baseline')
         self.write_args(out/'args.yaml', {**self.cfg.stage1, **({'codec': base.codec} if base.codec else {}), 'seed': self.cfg.seed})
         self.launch(f'stage1_{app}{sfx}', argv(*self.servers.endpoint(self.executor[1], self.executor[0])), f'GRPO {app}')
-        s.info.update(positive_steps=n, model=str(servable(out/'final', base.path.replace('{run}', str(self.root)))), **grpo_summary(out))
+        s.info.update(positive_steps=n, model=str(servable(out/'final', base.path)), **grpo_summary(out))
 
 @patch
 def stage_stage2(self:Pipeline, labels:str, sfx:str, runs:Sequence):
     base, out, st = self.cfg.models.planner, self.root/f'stage2{sfx}', dict(self.cfg.stage2)
     replay = expand_runs(st.pop('replay', []), self.root)
-    argv = self.train_command(['train', 'sft', '--runs', *runs, '--judge', labels, '--model', base.path.replace('{run}', str(self.root)), '--out', out,
+    argv = self.train_command(['train', 'sft', '--runs', *runs, '--judge', labels, '--model', base.path, '--out', out,
                                '--config', out/'args.yaml', '--resume'] + (['--replay', *replay] if replay else []))
     with self.stage(f'stage2{sfx}', f"Stage 2: SFT of the generalist on the specialists' {labels}-clean successes"
                     + (f" and {len(replay)} replayed run(s)" if replay else ''), commands=[argv]) as s:
@@ -901,7 +902,7 @@ def stage_stage2(self:Pipeline, labels:str, sfx:str, runs:Sequence):
             return s.info.update(episodes=0, model=None, note=f'no {labels}-clean success: the generalist is the baseline')
         self.write_args(out/'args.yaml', {**st, **({'codec': base.codec} if base.codec else {}), 'seed': self.cfg.seed})
         self.launch(f'stage2{sfx}', argv, 'SFT')
-        s.info.update(episodes=n, model=str(servable(out, base.path.replace('{run}', str(self.root)))), **sft_summary(out))
+        s.info.update(episodes=n, model=str(servable(out, base.path)), **sft_summary(out))
 
 # %% ../nbs/17_pipeline.ipynb #3ef4b793
 @patch

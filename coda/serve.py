@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 import httpx
 from fastcore.basics import patch_to
-from .models import ChatBackend, LocalChat, Reply, patch_qwen_vl_processors_without_video
+from .models import ChatBackend, LocalChat, Reply, patch_qwen_vl_processors_without_video, free_port, log_tail
 
 _log = logging.getLogger('coda.serve')
 
@@ -328,19 +328,6 @@ def main(argv:list|None=None): # the arguments (default: sys.argv[1:])
     p = argparse.ArgumentParser(prog='python -m coda.serve', description="coda's OpenAI-compatible server for local chat backends")
     run_serve_local(add_serve_local_args(p).parse_args(argv))
 
-# %% ../nbs/04b_serve.ipynb #80b321a2
-def _free_port(host:str='127.0.0.1')->int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-def _tail(path:Path, n:int=3000)->str:
-    try:
-        with open(path, 'rb') as f:
-            f.seek(max(0, f.seek(0, 2) - n))
-            return f.read().decode(errors='replace')
-    except OSError: return ''
-
 # %% ../nbs/04b_serve.ipynb #e0ba7e0c
 def die_with_parent():
     "In a child process (as `preexec_fn`): end it when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)"
@@ -386,7 +373,7 @@ def start(self, timeout:float=180, # seconds to wait for /health
          )->LocalServer: # itself, serving
     "Start the server and wait until it answers; raise with the end of its log if it exits or does not answer in time"
     if self.alive: return self
-    self.port = self.port or _free_port(self.host)
+    self.port = self.port or free_port(self.host)
     self._work = Path(tempfile.mkdtemp(prefix='coda-serve-'))
     (self._work/'models.json').write_text(json.dumps(self.specs))
     self.logfile = self.log or self._work/'server.log'
@@ -400,7 +387,7 @@ def start(self, timeout:float=180, # seconds to wait for /health
         exited, late = self.proc.poll() is not None, time.monotonic() - t0 > timeout
         if exited or late:
             what = f"exited with code {self.proc.returncode}" if exited else f"did not answer {self.base}/health within {timeout:g} s"
-            tail = _tail(self.logfile)
+            tail = log_tail(self.logfile)
             self.stop()
             raise (RuntimeError if exited else TimeoutError)(f"coda.serve {what}; the end of its log:\n{tail}")
         time.sleep(0.1)

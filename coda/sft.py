@@ -14,7 +14,7 @@ from typing import Sequence
 from PIL import Image
 from .store import RunStore, read_jsonl, ended_in_error
 from .judge import read_judgments
-from .grpo import replay, to_trl_prompt, freeze_vision_tower
+from .grpo import replay, to_trl_prompt, freeze_vision_tower, first_process
 log = logging.getLogger(__name__)
 
 # %% ../nbs/15_sft.ipynb #c6169909
@@ -306,9 +306,8 @@ def sft_options(a)->dict:
 
 def run_sft_command(a)->Path:
     "Run `coda train sft` from parsed arguments: dataset (with replay, through the codec), per-app counts, training, where things were saved"
-    import os
     o = sft_options(a)
-    main = int(os.environ.get('RANK', '0')) == 0          # the launcher's rank: asking accelerate here would fix its state too early
+    main = first_process()          # the launcher's rank: asking accelerate here would fix its state too early
     rows, counts = sft_examples(a.runs, a.judge, o['apps'], o['positive_prefixes'])
     if main: print(counts.to_string())
     if not rows: raise SystemExit(f"no clean successes judged by {a.judge!r} in {', '.join(map(str, a.runs))}: nothing to train on")

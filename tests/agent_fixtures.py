@@ -9,6 +9,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from PIL import Image, ImageDraw
 from coda.envs.core import Observation, Element
 
+# chat requests the model and server tests send: text, an image, and a pre-filled assistant turn to continue
+IMG_TOKENS = 64 + 2   # a 224x224 image: 64 <|image_pad|> between <|vision_start|> and <|vision_end|>
+SHOT = Image.new('RGB', (224, 224), (240, 240, 244))
+TEXT = [{'role': 'user', 'content': [{'type': 'text', 'text': 'Open the File menu.'}]}]
+IMAGE = [{'role': 'user', 'content': [{'type': 'image', 'image': SHOT}, {'type': 'text', 'text': 'Open the File menu.'}]}]
+PREFIX = 'Thought: The File menu is at the top left.\nAction: '
+CONT = IMAGE + [{'role': 'assistant', 'content': [{'type': 'text', 'text': PREFIX}]}]
+
 class CounterEnv:
     "A 'counter app': the screen shows a number; clicking the + button (around (640, 400)) adds one. Answer tasks check the number."
     def __init__(self, screen=(1280, 800), target=3, delay=0.0, crash_at=None):

@@ -2,6 +2,7 @@
 AgentRewardBench's layout; a rank-8 LoRA judge on the tiny Qwen2.5-VL, merged, served by LocalChat to
 coda.judge.Judge; `coda train judge` through argparse; and the same training under `accelerate launch` with two
 CPU processes."""
+from coda.models import free_port
 import argparse, io, json, os, socket, subprocess, sys, time
 from pathlib import Path
 import pytest
@@ -152,10 +153,6 @@ def test_arb_rows_from_a_folder_in_its_layout(tmp_path):
     with pytest.raises(ValueError): arb_sft_rows(tmp_path, None)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 SCRIPT = '''
@@ -179,7 +176,7 @@ def test_train_judge_under_accelerate_launch_with_two_processes(mixed, tiny, tmp
     # `--cpu --num_processes 2` would start one process (accelerate's CPU launcher wants mpirun for more); `--multi_gpu` starts two
     # under torchrun, and on CPU (no visible GPU, cpu=True) they form one MULTI_CPU job over gloo
     cmd = [str(Path(sys.executable).parent/'accelerate'), 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no',
-           '--dynamo_backend', 'no', '--main_process_port', str(_free_port()), str(script), str(mixed), str(tiny), str(out)]
+           '--dynamo_backend', 'no', '--main_process_port', str(free_port()), str(script), str(mixed), str(tiny), str(out)]
     t0 = time.time()
     env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'OMP_NUM_THREADS': '1', 'CUDA_VISIBLE_DEVICES': ''}
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)

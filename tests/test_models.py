@@ -13,12 +13,7 @@ from coda.models import (LocalChat, ModelError, OpenAIChat, Reply, ChatBackend, 
                          preflight, preflight_sync, serve_transformers, to_openai_messages)
 from agent_fixtures import ScriptedServer
 
-IMG_TOKENS = 64 + 2   # a 224x224 image: 64 <|image_pad|> between <|vision_start|> and <|vision_end|>
-SHOT = Image.new('RGB', (224, 224), (240, 240, 244))
-TEXT = [{'role': 'user', 'content': [{'type': 'text', 'text': 'Open the File menu.'}]}]
-IMAGE = [{'role': 'user', 'content': [{'type': 'image', 'image': SHOT}, {'type': 'text', 'text': 'Open the File menu.'}]}]
-PREFIX = 'Thought: The File menu is at the top left.\nAction: '
-CONT = IMAGE + [{'role': 'assistant', 'content': [{'type': 'text', 'text': PREFIX}]}]
+from agent_fixtures import IMG_TOKENS, SHOT, TEXT, IMAGE, PREFIX, CONT   # the chat requests both model tests send
 
 # ------------------------------------------------------------------ a scripted server for failures
 

@@ -13,12 +13,7 @@ from coda.serve import LocalServer, add_serve_local_args, check_spec, load_backe
 from serve_fixtures import UpperCodec
 
 HERE = Path(__file__).parent
-IMG_TOKENS = 64 + 2   # a 224x224 image: 64 <|image_pad|> between <|vision_start|> and <|vision_end|>
-SHOT = Image.new('RGB', (224, 224), (240, 240, 244))
-TEXT = [{'role': 'user', 'content': [{'type': 'text', 'text': 'Open the File menu.'}]}]
-IMAGE = [{'role': 'user', 'content': [{'type': 'image', 'image': SHOT}, {'type': 'text', 'text': 'Open the File menu.'}]}]
-PREFIX = 'Thought: The File menu is at the top left.\nAction: '
-CONT = IMAGE + [{'role': 'assistant', 'content': [{'type': 'text', 'text': PREFIX}]}]
+from agent_fixtures import IMG_TOKENS, SHOT, TEXT, IMAGE, PREFIX, CONT   # the chat requests both model tests send
 TREE = [{'role': 'user', 'content': [{'type': 'text', 'text': "[text field] Expression @(10,730,900,764)"}]},   # nbs/mini/01_grounder
         {'role': 'assistant', 'content': [{'type': 'text', 'text': "Thought: Click 'Expression'.\nAction: "}]}]
 FIXTURES = {'echo': {'backend': 'serve_fixtures:Echo'},

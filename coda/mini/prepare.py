@@ -67,7 +67,7 @@ def build_planner(texts:list, out:Path, hidden:int=128, layers:int=4, vocab:int=
 
 # %% ../../nbs/mini/06_prepare.ipynb #f4b61390
 def _tasks_of(p, split:str)->list:
-    return [t for t in p._load(p.cfg.tasks.source, split) if t.app in p.apps]
+    return [t for t in p.load(p.cfg.tasks.source, split) if t.app in p.apps]
 
 def prepare(p)->None:
     "The miniature's preparation as pipeline stages: demonstrations, the tiny planner and its bootstrap, the judges' data, the base judge"
@@ -91,7 +91,7 @@ def prepare(p)->None:
         if s.run:
             from coda.serve import load_codec
             build_planner(planner_texts(demo_runs, train, load_codec(slots) if slots else None), root/'random-planner', seed=seed, **a.planner)
-    base = Path(p.cfg.models.planner.path.replace('{run}', str(p.root)))
+    base = Path(p.cfg.models.planner.path)   # the pipeline has put its run folder in it
     argv = p.train_command(['train', 'sft', '--runs', *demo_runs, '--judge', 'checker', '--model', root/'random-planner', '--out', base,
                             '--config', root/'bootstrap.yaml', '--resume'])
     with p.stage('prepare_bootstrap', "bootstrap the planner by SFT on the demonstrations (-> the baseline)", commands=[argv]) as s:
@@ -111,7 +111,7 @@ def prepare(p)->None:
             checker_judgments(root/'judge-own')
             record_mixed(_tasks_of(p, p.cfg.tasks.test_split), root/'judge-eval', p_fail=a.p_fail, seed=1000 * seed + 999, workers=p.cfg.agent.workers)
             s.info.update(runs=[str(r) for r in noisy + [root/'judge-own', root/'judge-eval']])
-    judge = Path(p.cfg.models.judge.path.replace('{run}', str(p.root)))
+    judge = Path(p.cfg.models.judge.path)
     argv = p.train_command(['train', 'judge', '--runs', *noisy, root/'judge-own', '--labels', 'checker', '--base', root/'random-judge', '--out', judge.parent,
                             '--config', root/'judge.yaml'])
     with p.stage('prepare_judge', "the base judge: a random tiny Qwen2.5-VL trained on the noisy-oracle and the planner's runs (coda train judge, all weights)",
