@@ -9,7 +9,7 @@ __all__ = ['log', 'QWEN_SPECIAL', 'QWEN25VL_CHAT_TEMPLATE', 'PAPER_SERVERS', 'Re
            'free_port', 'log_tail', 'serve_transformers', 'VLLMServer', 'vllm_commands']
 
 # %% ../nbs/04_models.ipynb #11bd7c29
-import asyncio, base64, importlib, io, json, logging, os, random, re, shutil, socket, subprocess, sys, tempfile, time, weakref
+import asyncio, base64, importlib, io, json, logging, os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time, weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -448,6 +448,8 @@ class _FrequencyPenalty:
         return scores - self.penalty * counts
 
 # %% ../nbs/04_models.ipynb #0d0b5c74
+_SAMPLING_LOCK = threading.Lock()   # torch's RNG is one per process: two models sampling at once would draw from each other's seeds
+
 class LocalChat:
     "Chat with a transformers model in this process, same interface as `OpenAIChat`"
     def __init__(self, model_dir:str|Path=None,   # a saved model + processor (or tokenizer) folder
@@ -504,7 +506,7 @@ class LocalChat:
         n = x['input_ids'].shape[1]
         kw = self._generate_kwargs(p, n)
         seed = int(p['seed']) if p.get('seed') is not None else self._seeds.getrandbits(63)
-        with torch.inference_mode(), torch.random.fork_rng(devices=[] if self.model.device.type == 'cpu' else None):
+        with _SAMPLING_LOCK, torch.inference_mode(), torch.random.fork_rng(devices=[] if self.model.device.type == 'cpu' else None):
             torch.manual_seed(seed)   # inside fork_rng, so the caller's torch RNG is untouched
             out = self.model.generate(**x, **kw)
         new = out[0, n:]

@@ -319,3 +319,14 @@ def test_local_sampling_differs_between_calls_and_repeats_with_a_seed(local):
     a, b = (LocalChat(model=local.model, processor=local.processor, seed=7) for _ in range(2))
     assert [chat(a, TEXT, max_tokens=8, temperature=2.0).text for _ in range(3)] == [chat(b, TEXT, max_tokens=8, temperature=2.0).text for _ in range(3)]
     assert chat(a, TEXT, max_tokens=8, temperature=2.0, seed=5).text == chat(b, TEXT, max_tokens=8, temperature=2.0, seed=5).text
+
+def test_two_local_models_sampling_at_once_give_each_seeds_reply(tiny):
+    "torch's RNG is one per process: seeded calls of two models running at once (a base and a fine-tuned judge on one server) must not draw from each other's seeds"
+    import asyncio
+    a, b = LocalChat(tiny), LocalChat(tiny)
+    calls = [(m, s) for s in range(6) for m in (a, b)]
+    kw = dict(temperature=1.0, max_tokens=24)
+    from coda.agent import run_sync
+    alone = [run_sync(m.chat(TEXT, seed=s, **kw)).text for m, s in calls]
+    async def together(): return await asyncio.gather(*(m.chat(TEXT, seed=s, **kw) for m, s in calls))
+    for _ in range(3): assert [r.text for r in run_sync(together())] == alone
