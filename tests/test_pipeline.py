@@ -118,3 +118,30 @@ def test_no_library_module_imports_the_miniature():
             if isinstance(node, ast.ImportFrom) and node.level: names = ['coda.' + (node.module or '') if node.level == 1 else node.module or '']
             bad += [f'{f.name}: {n}' for n in names if n.startswith(('coda.mini', 'mini'))]
     assert not bad, bad
+
+def test_paper_config_runs_on_a_real_desktop_with_tiny_models_in_its_place(tmp_path, tiny):
+    """params/paper.yaml as it is (desktop env, no train split, every task a test task, Table 2 on the baseline's evaluation, the plan's
+    stages), with only what a CPU cannot hold swapped: tiny models on coda's own server instead of vLLM, two CPU processes instead of
+    DeepSpeed, no judge training (no labelled trajectories here), small sizes"""
+    from needs import need_programs
+    need_programs('Xvfb', 'xdotool', 'openbox', 'kalgebra', 'calgebra')
+    run = tmp_path/'paper'
+    sets = [f'models.planner={{path: "{tiny}"}}', 'models.executor={backend: coda.mini.grounder:A11yGrounder}',
+            f'models.judge={{path: "{tiny}"}}', 'models.teacher={backend: coda.mini.teacher:TemplateTeacher}',
+            'serving={kind: local}', 'launch={cpu: true, num_processes: 2}', 'judging.train=null', 'judging.max_tokens=8', 'judging.workers=2',
+            'tasks.apps=[KAlgebra]', 'tasks.test_per_app=2', 'evaluation.test_samples=1', 'agent.workers=2', 'agent.retries=0',
+            'agent.planner_sampling={temperature: 1.0, top_p: 0.9, max_tokens: 8}', 'agent.executor_sampling={temperature: 0.0, max_tokens: 8}',
+            f'tables.out={tmp_path}/figures']
+    r = subprocess.run([*CODA, 'pipeline', '--config', str(PARAMS/'paper.yaml'), '--run', str(run), '--quiet']
+                       + [x for s in sets for x in ('--set', s)], capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    stages = _stages(run)
+    assert all(s['status'] == 'done' for s in stages.values()) and 'judge_train' not in stages
+    assert stages['tasks']['outputs']['train'] == [] and len(stages['tasks']['outputs']['test']) == 2   # train_split: null
+    assert stages['eval_test_stage1']['outputs']['planners'] == {'KAlgebra': 'baseline'}              # nothing to learn from: the baseline
+    recs = [json.loads(p.read_text()) for p in (run/'eval'/'test'/'baseline'/'KAlgebra').glob('episodes/*/*/*/result.json')]
+    assert len(recs) == 2 and all(r['status'] in ('done', 'error') for r in recs)                     # real KAlgebra episodes, checked
+    assert stages['table2']['outputs']['runs'] == [str(run/'eval'/'test'/'baseline'/'KAlgebra')]
+    t1 = pd.read_csv(tmp_path/'figures'/'table1.csv')
+    assert t1[t1['app'] == 'KAlgebra']['paper (ScienceBoard) Pass@8'].tolist() == [29.03, 41.94, 48.39]   # KAlgebra stands for Algebra
+    assert (tmp_path/'figures'/'table2.md').exists()
