@@ -4,13 +4,13 @@
 
 # %% auto #0
 __all__ = ['AST_LOCK', 'KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR', 'MIN_PIXELS', 'MAX_PIXELS', 'MAX_RATIO',
-           'KEY_NAMES', 'KEY_ALIASES', 'SCROLL_CLICKS', 'DISPATCH', 'XDO_KEYS', 'parse_ast', 'literal_eval', 'Action',
-           'smart_resize', 'model_frame', 'split_reply', 'normalize_keys', 'parse_action', 'to_uitars',
-           'needs_clipboard', 'to_pyautogui', 'Backend', 'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key',
-           'XdotoolBackend']
+           'MAX_REPLY', 'LABEL_TRIES', 'MAX_ACTIONS', 'KEY_NAMES', 'KEY_ALIASES', 'SCROLL_CLICKS', 'DISPATCH',
+           'XDO_KEYS', 'parse_ast', 'literal_eval', 'Action', 'smart_resize', 'model_frame', 'clean_text',
+           'split_reply', 'normalize_keys', 'parse_action', 'to_uitars', 'needs_clipboard', 'to_pyautogui', 'Backend',
+           'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
 
 # %% ../nbs/02_actions.ipynb #12dc6ddc
-import math, re, os, time, shutil, subprocess
+import math, re, os, time, shutil, subprocess, itertools
 from dataclasses import dataclass, field, replace, asdict
 from typing import Literal, Protocol, Sequence
 
@@ -90,6 +90,22 @@ def model_frame(screen:tuple=(1280, 800),   # (W, H) of the screenshot sent to t
     h, w = smart_resize(screen[1], screen[0], min_pixels=min_pixels, max_pixels=max_pixels)
     return (w, h)
 
+# %% ../nbs/02_actions.ipynb #a1c1ea18
+MAX_REPLY = 1 << 20   # characters: a longer reply is not parsed (one `invalid` action says so)
+LABEL_TRIES = 4       # `Action:` labels tried, last first, before the whole text is read as the action
+MAX_ACTIONS = 64      # actions read from one reply; the rest become one `invalid` action saying so
+_SURROGATE = re.compile(r'[\ud800-\udfff]')
+
+def clean_text(x, # a string, or a dict / list / tuple holding strings (keys too)
+              ):  # the same with every string writable as UTF-8
+    "Surrogate pairs (what JSON's `\\ud83d\\ude00` decodes to) joined into their character, lone surrogates replaced by U+FFFD"
+    if isinstance(x, str):
+        if x.isascii() or not _SURROGATE.search(x): return x
+        return x.encode('utf-16-le', 'surrogatepass').decode('utf-16-le', 'replace')
+    if isinstance(x, dict): return {clean_text(k): clean_text(v) for k, v in x.items()}
+    if type(x) in (list, tuple): return type(x)(map(clean_text, x))
+    return x
+
 # %% ../nbs/02_actions.ipynb #6e19fb8c
 _ACTION_LABEL = re.compile(r'Action\s*:')
 _THOUGHT_LABEL = re.compile(r'^\s*(?:Thought|Action_Summary|Reflection)\s*:\s*', re.I)
@@ -98,6 +114,7 @@ def split_reply(text:str, # a model reply
                )->tuple: # (thought, action_text)
     "Split a reply at its last `Action:` into the thought (label removed) and the action text"
     if not isinstance(text, str): text = '' if text is None else str(text)
+    text = clean_text(text)
     for i, j in _labels(text): return _THOUGHT_LABEL.sub('', text[:i].strip(), count=1).strip(), text[j:].strip()
     return '', text.strip()
 
@@ -110,70 +127,89 @@ def _labels(text):
         i = text.rfind('Action', 0, i)
 
 # %% ../nbs/02_actions.ipynb #dbb9eadb
-_CALL = re.compile(r'((?:pyautogui\.)?[A-Za-z_]\w*)\s*\(')
-_KW = re.compile(r'\s*([A-Za-z_]\w*)\s*=\s*')
-_WS = re.compile(r'\s*')
-_AFTER_CALL = re.compile(r'\s*(?:$|\n\s*\n|[;\n]|\s*(?:pyautogui\.)?[A-Za-z_]\w*\s*\()')
-_AFTER_ARG = re.compile(r'\s*,\s*(?:[A-Za-z_]\w*\s*=|\)|[\'"\d(\[-])')
+_RUN_CALL = re.compile(r'(?<!\w)(\w++)\s*+\(')     # a whole word followed by `(`: where a call can be
+_TAIL_CALL = re.compile(r'(\w*+)\s*+\(')           # the same from inside a word
+_LETTER = re.compile(r'[A-Za-z_]')
+_WORD_CHAR = re.compile(r'\w')
+_KW = re.compile(r'\s*+([A-Za-z_]\w*+)\s*+=\s*+')
+_WS = re.compile(r'\s*+')
+_BARE = re.compile(r'[^,)\n]*+')
+_BRACKET_SKIP = re.compile(r'''[^()\[\]{}'"]*+''')
 _CLOSE = {'(': ')', '[': ']', '{': '}'}
+_MAX_ARGS, _MAX_BRACKETS = 64, 1000   # a call with more arguments, a value with more brackets and quotes: read to the end
+# what may follow a closing quote: `)` then the end, a newline, `;` or another call; or `,` then another argument
+_PROPER = r'''\s*+(?:\)[^\S\n]*+(?:\n|$|;|(?:pyautogui\.)?[A-Za-z_]\w*+\s*+\()|,\s*+(?:[A-Za-z_]\w*+\s*+=|\)|['"\d(\[-]))'''
+_LOOSE = r'\s*+(?:\)|$)'   # the fallback: `)` or the end of the text
+def _body_to(q, after): return re.compile(rf'(?:[^{q}\\]++|\\.|{q}(?!{after}))*+{q}(?={after})', re.S)
+_TO_CLOSE = {(q, kind): _body_to(q, after) for q in '\'"' for kind, after in (('proper', _PROPER), ('loose', _LOOSE))}
 
-def _is_escaped(s, j):
-    "Whether s[j] is preceded by an odd number of backslashes"
-    n = 0
-    while j > 0 and s[j-1] == '\\': n += 1; j -= 1
-    return n % 2 == 1
+def _next_call(s, i, n):
+    "The first `name(` in s[i:n] as (start, name, index after the `(`), or None; what a `name\\s*\\(` search from i finds"
+    if 0 < i < n and _WORD_CHAR.match(s, i - 1) and (m := _TAIL_CALL.match(s, i, n)):   # i inside a word
+        if (k := _LETTER.search(s, i, m.end(1))): return k.start(), s[k.start():m.end(1)], m.end()
+    for m in _RUN_CALL.finditer(s, i, n):   # one pass over each word: linear however long the text
+        r, e = m.span(1)
+        if r - 10 >= i and s.startswith('pyautogui.', r - 10) and _LETTER.match(s, r): return r - 10, s[r-10:e], m.end()
+        if (k := _LETTER.search(s, r, e)): return k.start(), s[k.start():e], m.end()
+    return None
 
-def _scan_string(s, i):
+class _Closes:
+    "Where quoted strings in s[:n] close, remembered: later strings ask from later positions and nothing is scanned twice"
+    def __init__(self, s, n): self.s, self.n, self.seen = s, n, {}
+    def find(self, q, kind, f):
+        "Index of the first unescaped quote `q` at or after f that closes in the `kind` sense ('proper' or 'loose'), or -1"
+        lo, res = self.seen.get((q, kind), (-1, -1))
+        if 0 <= lo <= f and (res < 0 or f <= res): return res
+        m = _TO_CLOSE[q, kind].match(self.s, f, self.n)
+        res = m.end() - 1 if m else -1
+        self.seen[q, kind] = (f, res)
+        return res
+
+def _scan_string(s, i, n=None, closes=None):
     "Scan the quoted string opening at s[i]; returns (raw body, index after the closing quote)"
-    q, n, j, first = s[i], len(s), i + 1, None
-    while True:
-        j = s.find(q, j)
-        if j < 0: break
-        if _is_escaped(s, j): j += 1; continue
-        k = _WS.match(s, j + 1).end()
-        if k < n and s[k] == ')':
-            if first is None: first = j
-            if _AFTER_CALL.match(s, k + 1): return s[i+1:j], j + 1
-        elif k < n and s[k] == ',' and _AFTER_ARG.match(s, k):
-            return s[i+1:j], j + 1
-        elif k >= n:
-            if first is None: first = j
-        j += 1
-    if first is not None: return s[i+1:first], first + 1
-    body = s[i+1:]
-    return body.rstrip(')\n ').rstrip(q), n
-def _scan_bracket(s, i):
+    n = len(s) if n is None else n
+    closes = closes or _Closes(s, n)
+    q = s[i]
+    for kind in ('proper', 'loose'):
+        if (j := closes.find(q, kind, i + 1)) >= 0: return s[i+1:j], j + 1
+    return s[i+1:n].rstrip(')\n ').rstrip(q), n
+
+def _scan_bracket(s, i, n=None):
     "Scan a bracketed value opening at s[i], nesting and quotes respected; returns (raw text, index after it)"
-    stack, j, n = [_CLOSE[s[i]]], i + 1, len(s)
-    while j < n and stack:
+    n = len(s) if n is None else n
+    stack, j, seen = [_CLOSE[s[i]]], i + 1, 0
+    while stack and (j := _BRACKET_SKIP.match(s, j, n).end()) < n:
+        if (seen := seen + 1) > _MAX_BRACKETS: return s[i:n], n
         c = s[j]
         if c in '\'"':
-            k = s.find(c, j + 1)
+            k = s.find(c, j + 1, n)
             j = n if k < 0 else k + 1; continue
         if c in _CLOSE: stack.append(_CLOSE[c])
         elif c == stack[-1]: stack.pop()
         j += 1
     return s[i:j], j
 
-def _scan_call(s, i):
-    "Parse the argument list starting just after '(' at s[i]; returns (args, kwargs, end index)"
-    args, kwargs, n = [], {}, len(s)
+def _scan_call(s, i, n=None, closes=None):
+    "Parse the argument list starting just after '(' at s[i] (the text ends at n); returns (args, kwargs, end index)"
+    n = len(s) if n is None else n
+    closes = closes or _Closes(s, n)
+    args, kwargs, count = [], {}, 0
     while True:
-        i = _WS.match(s, i).end()
+        i = _WS.match(s, i, n).end()
         if i >= n: return args, kwargs, n
         if s[i] == ')': return args, kwargs, i + 1
         key = None
-        if (m := _KW.match(s, i)): key, i = m.group(1), m.end()
+        if (m := _KW.match(s, i, n)): key, i = m.group(1), m.end()
         if i >= n: val, i = '', n
-        elif s[i] in '\'"': val, i = _scan_string(s, i); val = _unescape(val)
-        elif s[i] in _CLOSE: val, i = _scan_bracket(s, i)
+        elif s[i] in '\'"': val, i = _scan_string(s, i, n, closes); val = _unescape(val)
+        elif s[i] in _CLOSE: val, i = _scan_bracket(s, i, n)
         else:
-            j = i
-            while j < n and s[j] not in ',)\n': j += 1
+            j = _BARE.match(s, i, n).end()
             val, i = s[i:j].strip(), j
         if key is None: args.append(val)
         else: kwargs[key] = val
-        i = _WS.match(s, i).end()
+        if (count := count + 1) >= _MAX_ARGS: return args, kwargs, n
+        i = _WS.match(s, i, n).end()
         if i < n and s[i] == ',': i += 1
         elif i < n and s[i] != ')': return args, kwargs, i  # junk after a value: stop this call here
 
@@ -188,7 +224,7 @@ def _unescape(v):
         if e in _ESC_MAP: return _ESC_MAP[e]
         if e[0] in 'ux' and len(e) > 1: return chr(int(e[1:], 16))
         return m.group(0)
-    return _ESC.sub(sub, v)
+    return clean_text(_ESC.sub(sub, v))   # `\ud83d\ude00` is one emoji, a lone `\ud83d` becomes U+FFFD
 
 # %% ../nbs/02_actions.ipynb #9e74d8ad
 _NUM = re.compile(r'-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?')
@@ -245,12 +281,24 @@ _ALIASES = {'click': 'click', 'left_single': 'click', 'left_click': 'click', 'le
             'press': 'hotkey', 'key': 'hotkey', 'type': 'type', 'write': 'type', 'typewrite': 'type',
             'scroll': 'scroll', 'hscroll': 'scroll', 'vscroll': 'scroll', 'wait': 'wait', 'finished': 'finished',
             'done': 'finished', 'call_user': 'call_user', 'fail': 'fail', 'error_env': 'fail', 'answer': 'answer'}
-_FENCE_ANS = re.compile(r'```[ \t]*(?:\w+[ \t]*\n)?\s*ANS\b[ \t]*(.*?)\s*```', re.S)
-_BARE_ANS = re.compile(r'^\s*`*\s*ANS\b[ \t]*(.*?)\s*`*\s*$', re.S)
-_BARE_WORD = re.compile(r'^\s*`*\s*(FAIL|DONE|WAIT|CALL_USER)\s*`*\s*$')
+# answers: ```ANS 5``` anywhere, or a bare `ANS 5`; the patterns find where the answer starts, plain string
+# operations find where it ends (a lazy `(.*?)\s*```` would rescan the rest of the text from every position)
+_FENCE_OPEN = re.compile(r'```[ \t]*+(?:\w++[ \t]*+\n)?\s*+ANS\b[ \t]*+')
+_BARE_ANS = re.compile(r'\s*+`*+\s*+ANS\b[ \t]*+')
+_BARE_WORD = re.compile(r'\s*+`*+\s*+(FAIL|DONE|WAIT|CALL_USER)\s*+`*+\s*+$')
 _WORD_KIND = {'FAIL': 'fail', 'DONE': 'finished', 'WAIT': 'wait', 'CALL_USER': 'call_user'}
 _BOX_KEYS = ('start_box', 'point', 'start_point', 'box', 'position', 'coordinate')
 _DIRS = ('up', 'down', 'left', 'right')
+
+def _fence_answer(s, p, n):
+    "The answer in the first ```ANS …``` fence of s[p:n], or None"
+    if not (m := _FENCE_OPEN.search(s, p, n)): return None
+    k = s.find('```', m.end(), n)   # no closing fence after the first opening one: none after any later one either
+    return None if k < 0 else s[m.end():k].strip()
+
+def _bare_answer(t):
+    "The answer in the text after a bare `ANS`: trailing backticks and spaces dropped"
+    return t.rstrip().rstrip('`').strip()
 
 def _first(kw, names):
     for n in names:
@@ -332,7 +380,8 @@ def parse_action(text:str,               # a whole reply (`Thought: … Action: 
     "Parse any UI-TARS / Doubao / CODA-planner / pyautogui action text into Actions in screen pixels; never raises"
     try: return _parse(text, frame, screen, coords)
     except Exception as e:  # a parser bug must not crash an episode: it becomes an invalid action
-        return [_invalid(f"{text}" if isinstance(text, str) else repr(text))]
+        try: return [_invalid(clean_text(text[:MAX_REPLY]) if isinstance(text, str) else repr(text))]
+        except Exception: return [_invalid('')]
 
 def _parse(text, frame, screen, coords):
     if not isinstance(text, str): return [_invalid(repr(text))]
@@ -342,25 +391,52 @@ def _parse(text, frame, screen, coords):
         fw, fh = frame or model_frame(screen)
         sx, sy = W / fw, H / fh
     else: raise ValueError(f"coords must be 'absolute' or 'relative1000', not {coords!r}")
-    text = text.replace('[EOS]', '')
-    for _, j in _labels(text):  # the last label wins, unless it sits inside typed text (`type(content='Action: x')`)
-        acts = _parse_actions(text[j:].strip(), text, sx, sy)
+    if len(text) > MAX_REPLY: return [_too_long(text)]
+    text = clean_text(text.replace('[EOS]', ''))
+    sc = _Scan(text, sx, sy)
+    # the last label wins, unless it sits inside typed text (`type(content='Action: x')`); only the last few are tried
+    for _, j in itertools.islice(_labels(text), LABEL_TRIES):
+        acts = sc.actions(j)
         if any(a.kind != 'invalid' for a in acts): return acts
-    return _parse_actions(text.strip(), text, sx, sy)
+    return sc.actions(0)
 
-def _parse_actions(act, text, sx, sy):
-    if 'ANS' in act:
-        if (m := _FENCE_ANS.search(act) or _BARE_ANS.match(act)): return [Action('answer', text=m.group(1).strip())]
-    if (m := _BARE_WORD.match(act)): return [Action(_WORD_KIND[m.group(1)])]
-    out, i, n = [], 0, len(act)
-    while i < n:
-        m = _CALL.search(act, i)
-        if not m: break
-        args, kw, end = _scan_call(act, m.end())
-        out.append(_to_action(m.group(1), args, kw, act[m.start():end].strip(), sx, sy))
-        i = max(end, m.end())
-    if not out and (m := _FENCE_ANS.search(text)): return [Action('answer', text=m.group(1).strip())]
-    return out or [_invalid(text)]
+def _too_long(text):
+    "The `invalid` action of a reply over `MAX_REPLY`: the reason, then the reply's start"
+    return _invalid(f"[not parsed: the reply has {len(text)} characters, more than MAX_REPLY={MAX_REPLY}] "
+                    + clean_text(text[:200]))
+
+class _Scan:
+    "One reply being parsed: the actions of the text after any position, each call scanned once however often it is reached"
+    def __init__(self, s, sx, sy):
+        self.s, self.sx, self.sy, self.n = s, sx, sy, len(s.rstrip())
+        self.closes, self.calls, self.last_ans, self._fence = _Closes(s, self.n), {}, s.rfind('ANS', 0, self.n), False
+
+    def fence(self):
+        "The whole reply's first ```ANS …``` answer (or None), found once"
+        if self._fence is False: self._fence = _fence_answer(self.s, 0, self.n)
+        return self._fence
+
+    def actions(self, p):
+        "The actions of s[p:].strip()"
+        s, n = self.s, self.n
+        p = _WS.match(s, p, n).end()
+        if self.last_ans >= p:   # 'ANS' in the text
+            t = _fence_answer(s, p, n)
+            if t is None and (m := _BARE_ANS.match(s, p, n)): t = _bare_answer(s[m.end():n])
+            if t is not None: return [Action('answer', text=t)]
+        if (m := _BARE_WORD.match(s, p, n)): return [Action(_WORD_KIND[m.group(1)])]
+        out = []
+        while p < n and (c := _next_call(s, p, n)):
+            if len(out) == MAX_ACTIONS:
+                out.append(_invalid(f"[not parsed: more than MAX_ACTIONS={MAX_ACTIONS} actions] " + s[c[0]:c[0]+200])); break
+            start, name, after = c
+            if (hit := self.calls.get(start)) is None:
+                args, kw, end = _scan_call(s, after, n, self.closes)
+                hit = self.calls[start] = (_to_action(name, args, kw, s[start:end].strip(), self.sx, self.sy), max(end, after))
+            out.append(hit[0])
+            p = hit[1]
+        if not out and (t := self.fence()) is not None: return [Action('answer', text=t)]
+        return out or [_invalid(s)]
 
 # %% ../nbs/02_actions.ipynb #a8e353dd
 def _q(s):

@@ -193,7 +193,7 @@ def completion_body(model:str,    # the model name the request gave
     if not isinstance(reply.text, str): raise TypeError(f"the backend replied with {type(reply.text).__name__} text, not str")
     pt, ct = reply.prompt_tokens or 0, reply.completion_tokens or 0
     return {'id': f'chatcmpl-{uuid.uuid4().hex}', 'object': 'chat.completion', 'created': int(time.time()), 'model': model,
-            'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': reply.text}, 'logprobs': None, 'finish_reason': 'stop'}],
+            'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': reply.text}, 'logprobs': None, 'finish_reason': reply.finish_reason or 'stop'}],
             'usage': {'prompt_tokens': pt, 'completion_tokens': ct, 'total_tokens': pt + ct}}
 
 # %% ../nbs/04b_serve.ipynb #13e8cf63

@@ -19,3 +19,12 @@ def local(tiny):
 def served(tiny):
     from coda.models import serve_transformers
     with serve_transformers(tiny, timeout=150) as url: yield url
+
+def pytest_terminal_summary(terminalreporter):
+    "Print the fuzz counts (tests/fuzz.py) after the run, even under -q"
+    from fuzz import REPORT
+    if not REPORT: return
+    terminalreporter.section('fuzz counts')
+    for c in REPORT: terminalreporter.write_line(c.line())
+    tot = [sum(getattr(c, k) for c in REPORT) for k in ('inputs', 'exceptions', 'hangs')]
+    terminalreporter.write_line(f"all fuzz targets: {tot[0]} inputs, {tot[1]} exceptions, {tot[2]} hangs")

@@ -21,10 +21,16 @@ OK = {'id': 'c1', 'object': 'chat.completion', 'created': 0, 'model': 'm',
       'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': 'click(x=1, y=2)'}, 'finish_reason': 'stop'}],
       'usage': {'prompt_tokens': 12, 'completion_tokens': 5, 'total_tokens': 17}}
 
+def completion(content, **over)->dict:
+    "A chat.completion body like OK with another content (and other top-level fields)"
+    return {**OK, 'choices': [{**OK['choices'][0], 'message': {'role': 'assistant', 'content': content}}], **over}
+
 class Scripted:
     """A real HTTP server on 127.0.0.1; request i gets `script[i]` (the last repeats): 'ok', an int status,
     'drop' (close without answering), 'hang' (never answer), 'malformed' (200, cut JSON), 'nochoices' (200, JSON
-    that is not a completion), ('sleep', s) (answer after s seconds), ('retry-after', s) (429 with Retry-After)"""
+    that is not a completion), ('sleep', s) (answer after s seconds), ('retry-after', s) (429 with Retry-After),
+    'empty' / 'null' (a completion with '' / null content), ('raw', bytes) (200 with that body), ('chunked', n)
+    (200 with n bytes and no Content-Length)"""
     def __init__(self, *script):
         self.script, self.bodies, self.headers, self.times = script, [], [], []
         self.inflight = self.max_inflight = 0
@@ -47,7 +53,16 @@ class Scripted:
                 if isinstance(act, tuple) and act[0] == 'sleep': time.sleep(act[1]); act = 'ok'
                 hdr = {}
                 if isinstance(act, tuple) and act[0] == 'retry-after': hdr, act = {'Retry-After': str(act[1])}, 429
-                if act == 'ok': code, data = 200, json.dumps(OK).encode()
+                if isinstance(act, tuple) and act[0] == 'chunked':   # HTTP/1.0, no Content-Length: n bytes, then close
+                    self.send_response(200); self.send_header('Content-Type', 'application/json'); self.end_headers()
+                    for _ in range(act[1] // 65536 + 1):
+                        try: self.wfile.write(b' ' * 65536)
+                        except OSError: return
+                    return
+                if isinstance(act, tuple) and act[0] == 'raw': code, data = 200, act[1]
+                elif act == 'ok': code, data = 200, json.dumps(OK).encode()
+                elif act == 'empty': code, data = 200, json.dumps(completion('')).encode()
+                elif act == 'null': code, data = 200, json.dumps(completion(None)).encode()
                 elif act == 'malformed': code, data = 200, json.dumps(OK).encode()[:40]
                 elif act == 'nochoices': code, data = 200, b'{"object": "error", "message": "upstream reset"}'
                 else: code, data = act, json.dumps({'error': {'message': f'scripted {act}', 'code': act}}).encode()
@@ -215,6 +230,68 @@ def test_preflight_probes_continue_final_and_finds_a_dead_server_at_once():
     t0 = time.monotonic()
     with pytest.raises(ModelError, match='is the server running') as e: preflight_sync(OpenAIChat(url, 'qwen32b'))
     assert url in str(e.value) and "'qwen32b'" in str(e.value) and time.monotonic() - t0 < 2   # no retries with backoff
+
+# ------------------------------------------------------------------ hostile replies: empty, huge, deep, endless waits
+def test_an_empty_completion_is_retried_then_an_error():
+    "An always-empty server used to score 0 % with 0 errors: an empty reply is now a failed attempt, counted as an error"
+    with Scripted('empty', 'ok') as s: r = chat(OpenAIChat(s.url, 'm', backoff=0.01))
+    assert (r.text, r.attempts, len(s.bodies)) == ('click(x=1, y=2)', 2, 2)
+    for act in ('empty', 'null'):
+        with Scripted(act) as s: e = fails(OpenAIChat(s.url, 'm', retries=2, backoff=0.01))
+        assert (e.attempts, len(s.bodies)) == (3, 3) and 'empty completion' in str(e) and "finish_reason 'stop'" in str(e)
+    cut = completion(''); cut['choices'][0]['finish_reason'] = 'length'   # max_tokens spent on tokens with no text: an answer
+    with Scripted(('raw', json.dumps(cut).encode())) as s: r = chat(OpenAIChat(s.url, 'm', backoff=0.01))
+    assert (r.text, r.attempts) == ('', 1)
+    with Scripted('empty') as s:   # preflight's 1-token probes take an empty answer: the server is there and serves the model
+        pf = preflight_sync(OpenAIChat(s.url, 'm', backoff=0.01), continue_final=True)
+    assert (pf['continue_final'], len(s.bodies)) == (True, 2)
+
+def test_an_empty_reply_is_retried_at_the_next_seed_without_waiting():
+    "The same seed would give the same empty reply: a seeded request is retried at seed + 1, so a seeded run stays reproducible"
+    with Scripted('empty', 'empty', 'ok') as s:
+        t0 = time.monotonic()
+        r = chat(OpenAIChat(s.url, 'm', backoff=5.0), seed=41)
+    assert (r.attempts, [b['seed'] for b in s.bodies]) == (3, [41, 42, 43]) and time.monotonic() - t0 < 2   # no backoff
+    with Scripted(500, 'ok') as s: chat(OpenAIChat(s.url, 'm', backoff=0.01), seed=7)
+    assert [b['seed'] for b in s.bodies] == [7, 7]          # a server failure is retried with the same seed
+
+@pytest.mark.parametrize('after', ['inf', '1e9', 'nan', '-5', '86400'])
+def test_retry_after_never_waits_past_the_timeout(after):
+    "`Retry-After: inf` once waited 60 s per retry whatever the timeout; every wait is now within the request timeout"
+    with Scripted(('retry-after', after), 'ok') as s:
+        t0 = time.monotonic()
+        r = chat(OpenAIChat(s.url, 'm', timeout=0.4, backoff=0.01))
+        dt = time.monotonic() - t0
+    assert r.attempts == 2 and dt < 1.5, dt
+    from coda import models
+    llm = OpenAIChat('http://127.0.0.1:9/v1', 'm', timeout=600, backoff=0.5)
+    assert llm._delay(1, 1e9) == models.MAX_RETRY_WAIT <= 60 and llm._delay(2000) == models.MAX_RETRY_WAIT   # no overflow
+
+def test_a_reply_body_over_the_cap_is_refused_unread(monkeypatch):
+    from coda import models
+    assert 1 << 20 <= models.MAX_RESPONSE_BYTES < 64 << 20
+    monkeypatch.setattr(models, 'MAX_RESPONSE_BYTES', 4096)
+    big = json.dumps(completion('x' * 10_000)).encode()
+    with Scripted(('raw', big), 'ok') as s: e = fails(OpenAIChat(s.url, 'm', backoff=0.01))
+    assert (e.attempts, len(s.bodies)) == (1, 1) and 'larger than MAX_RESPONSE_BYTES (4096)' in str(e) and str(len(big)) in str(e)
+    t0 = time.monotonic()
+    with Scripted(('chunked', 64 << 20)) as s: e = fails(OpenAIChat(s.url, 'm', backoff=0.01))   # no Content-Length: reading stops
+    assert 'larger than MAX_RESPONSE_BYTES' in str(e) and time.monotonic() - t0 < 5
+    with Scripted(('raw', json.dumps(completion('y' * 1000)).encode())) as s: assert chat(OpenAIChat(s.url, 'm')).text == 'y' * 1000
+
+def test_deeply_nested_json_is_a_model_error_not_a_recursion_error():
+    deep = b'{"choices": ' + b'[' * 100_000 + b']' * 100_000 + b'}'
+    with Scripted(('raw', deep)) as s: e = fails(OpenAIChat(s.url, 'm', retries=1, backoff=0.01))
+    assert (e.attempts, len(s.bodies)) == (2, 2) and 'nested too deeply' in str(e)
+
+def test_hostile_fields_of_a_completion_are_dropped_or_cleaned():
+    body = completion('a \ud83d b', model={'x': 1}, usage={'prompt_tokens': 'many', 'completion_tokens': -3})
+    with Scripted(('raw', json.dumps(body).encode())) as s: r = chat(OpenAIChat(s.url, 'served'))
+    assert (r.text, r.prompt_tokens, r.completion_tokens, r.model) == ('a \ufffd b', None, None, 'served')
+    r.text.encode('utf-8')
+    big = b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": ' + b'9' * 5000 + b'}}'
+    with Scripted(('raw', big), 'ok') as s: r = chat(OpenAIChat(s.url, 'm', backoff=0.01))   # over Python's int digit limit
+    assert r.attempts == 2
 
 # ------------------------------------------------------------------ the tiny model, in process and served
 
