@@ -7,23 +7,24 @@ __all__ = ['AU', 'LY', 'RSUN', 'J2000', 'KINDS', 'KIND_NAMES', 'AXES', 'BODIES',
            'MONTHS', 'JD_MIN', 'JD_MAX', 'EQ_TO_ECL', 'EQ_TO_GAL', 'ECL_TO_GAL', 'STAR_COLORS', 'FIELD_DIRS',
            'FIELD_MAG', 'FIELD_COL', 'CONSTELLATIONS', 'FIGURES', 'BOUNDS', 'CENTRES', 'CONST_DIRS', 'CONST_MAG',
            'GRIDS', 'ECLIPTIC', 'TEX_SIZES', 'GAS', 'ATMOSPHERES', 'RINGS', 'RENDER_DEFAULT', 'ORBITS_DEFAULT',
-           'LABELS_DEFAULT', 'MARKS', 'STAR_STYLES', 'RESOLUTIONS', 'JD0', 'GOTO_RADII', 'DOLLY', 'MAX_RATE', 'TOP',
-           'BOTTOM', 'DOCK', 'ORBIT_COLORS', 'LABEL_COLORS', 'GRID_COLORS', 'HUD', 'HUD_DIM', 'ORBIT_SHAPES',
-           'SKY_CACHE', 'STAR_COLS', 'VO_TABS', 'CONTROLS', 'eq_to_ecl', 'lookup', 'jd_from_date', 'date_from_jd',
-           'fmt_date', 'parse_date', 'fmt_rate', 'pole', 'kepler', 'positions', 'spin', 'axis', 'star_color', 'texture',
-           'sphere', 'Camera', 'draw_polylines', 'draw_polyline', 'Astronomy', 'fmt_dist', 'fmt_fov', 'body_magnitude',
-           'pick', 'object_menu', 'search_enter', 'info_lines', 'radio', 'find_dialog', 'goto_dialog', 'time_dialog',
-           'open_time', 'view_options', 'open_view_options', 'bookmark_dialog', 'open_bookmark', 'organize_dialog',
-           'image_dialog', 'controls_dialog', 'about_dialog']
+           'LABELS_DEFAULT', 'MARKS', 'STAR_STYLES', 'RESOLUTIONS', 'JD0', 'GOTO_RADII', 'DOLLY', 'MAX_RATE',
+           'JD_RANGE', 'TOP', 'BOTTOM', 'DOCK', 'ORBIT_COLORS', 'LABEL_COLORS', 'GRID_COLORS', 'HUD', 'HUD_DIM',
+           'ORBIT_SHAPES', 'SKY_CACHE', 'STAR_COLS', 'VO_TABS', 'CONTROLS', 'eq_to_ecl', 'lookup', 'jd_from_date',
+           'date_from_jd', 'fmt_date', 'parse_date', 'fmt_rate', 'pole', 'kepler', 'positions', 'spin', 'axis',
+           'star_color', 'texture', 'sphere', 'Camera', 'draw_polylines', 'draw_polyline', 'Astronomy', 'fmt_dist',
+           'fmt_fov', 'body_magnitude', 'pick', 'object_menu', 'search_enter', 'info_lines', 'radio', 'find_dialog',
+           'goto_dialog', 'time_dialog', 'open_time', 'view_options', 'open_view_options', 'bookmark_dialog',
+           'open_bookmark', 'organize_dialog', 'image_dialog', 'controls_dialog', 'about_dialog']
 
 # %% ../../nbs/05e_astronomy.ipynb #f8743457
 import math, re, zlib, functools, itertools, difflib
+from typing import Literal
 from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from ..actions import Action
 from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, Canvas2D, panel, label, button, checkbox, text_field,
-                               list_box, menu_bar, dialog, text_width, font, _draw_children, _mask)
+                               list_box, menu_bar, dialog, text_width, font, _draw_children, _mask, clip_text)
 
 # %% ../../nbs/05e_astronomy.ipynb #754f1ab0
 AU, LY, RSUN, J2000 = 149_597_870.7, 9_460_730_472_580.8, 695_700.0, 2451545.0
@@ -314,18 +315,15 @@ def _text_mask(text:str, size:int)->Image.Image|None:
         g.checked.update(text); g.n_checked += 1
     return m
 
-def _clipped(text:str, size:int, clip:int|None)->str:
-    "The text `Canvas2D.text` draws: cut, with an ellipsis, to `clip` pixels"
-    if clip is not None and text_width(text, size) > clip:
-        while text and text_width(text + '\u2026', size) > clip: text = text[:-1]
-        text += '\u2026'
-    return text
+def _clipped(text:str, size:int, clip:int|None, room:int)->str:
+    "The text `Canvas2D.text` draws (`scidesk.clip_text`: cut with an ellipsis to `clip` pixels, a long text to the `room` left)"
+    return clip_text(text, size, clip, room)
 
 class _Canvas(Canvas2D):
     "`Canvas2D` drawing its text with `_text_mask`"
     def text(self, xy, text, fill=COL['text'], size=13, clip:int|None=None):
         if not text: return
-        m = _text_mask(_clipped(text, size, clip), size)
+        m = _text_mask(_clipped(text, size, clip, self.img.width - int(xy[0])), size)
         if m is not None: self.img.paste(fill, (int(xy[0]), int(xy[1]) + 2), m)
 
 # %% ../../nbs/05e_astronomy.ipynb #be61061d
@@ -655,6 +653,18 @@ MARKS = dict(body_axes='Body Axes', frame_axes='Frame Axes', sun_direction='Sun 
              planetographic_grid='Planetographic Grid', terminator='Terminator')
 STAR_STYLES, RESOLUTIONS = ('points', 'fuzzy points', 'scaled discs'), ('low', 'medium', 'high')
 JD0, GOTO_RADII, DOLLY, MAX_RATE = jd_from_date(2025, 1, 1), 5.0, 1.5, 1e12
+JD_RANGE = (jd_from_date(1, 1, 1), jd_from_date(9999, 12, 31, 23, 59, 59))   # the dates the app can show
+
+def _known(name:str)->str:
+    "An object the app has (a body of the solar system or a star), or ValueError"
+    if name not in BODIES and name not in STARS: raise ValueError(f'no object {name[:40]!r} (e.g. {", ".join(list(BODIES)[:4])})')
+    return name
+
+def _flags(flags:dict, known:dict)->dict:
+    "Switches for one of the app's flag groups, or ValueError naming the first unknown one"
+    bad = next((k for k in flags if k not in known), None)
+    if bad is not None: raise ValueError(f"unknown field {bad[:40]!r} (fields: {', '.join(known)})")
+    return flags
 TOP, BOTTOM, DOCK = 88, 774, 320      # below the time toolbar, above the status bar; width of the left dock
 
 class Astronomy(SciApp):
@@ -675,22 +685,34 @@ class Astronomy(SciApp):
                     panels=dict(browser=True, info=True, toolbar=True))
 
     # ---- task set-up
-    def init_time(self, jd=None, date=None, scale=None, pause=None):
+    # ---- task set-up (`initialize` items; scidesk.run_init checks each field against these annotations first)
+    def init_time(self, jd:float|None=None, date:str|None=None, scale:float|None=None, pause:bool|None=None):
         t = self.state['time']
-        if date is not None: jd = parse_date(*date.split(' ', 1)) if ' ' in date else parse_date(date)
+        if date is not None:
+            jd = parse_date(*date.split(' ', 1)) if ' ' in date else parse_date(date)
+            if jd is None: raise ValueError(f"field 'date' is not a date YYYY-MM-DD [HH:MM[:SS]]: {date[:40]!r}")
+        if jd is not None and not JD_RANGE[0] <= jd <= JD_RANGE[1]: raise ValueError(f"field 'jd' must be a date in the years 1 to 9999")
+        if scale is not None and not (scale != 0 and 1 / MAX_RATE <= abs(scale) <= MAX_RATE): raise ValueError(f"field 'scale' must be a rate from {1 / MAX_RATE:g} to {MAX_RATE:g} (either sign)")
         if jd is not None: t['jd'] = float(jd)
         if scale is not None: t['scale'] = float(scale)
-        if pause is not None: t['pause'] = bool(pause)
-    def init_select(self, name): self.select(name)
-    def init_goto(self, name, distance=None): self.select(name); self.goto(name, distance)
-    def init_render(self, **flags): self.state['render'].update(flags)
-    def init_orbits(self, **flags): self.state['orbits'].update(flags)
-    def init_labels(self, **flags): self.state['labels'].update(flags)
-    def init_hide(self, names): self.state['hidden'] += [n for n in names if n not in self.state['hidden']]
-    def init_browser(self, tab=None, expanded=None):
+        if pause is not None: t['pause'] = pause
+    def init_select(self, name:str): self.select(_known(name))
+    def init_goto(self, name:str, distance:float|None=None):
+        if distance is not None and distance < 0: raise ValueError("field 'distance' must be at least 0")
+        self.select(_known(name)); self.goto(name, distance)
+    def init_render(self, **flags:bool): self.state['render'].update(_flags(flags, RENDER_DEFAULT))
+    def init_orbits(self, **flags:bool): self.state['orbits'].update(_flags(flags, ORBITS_DEFAULT))
+    def init_labels(self, **flags:bool): self.state['labels'].update(_flags(flags, LABELS_DEFAULT))
+    def init_hide(self, names:list[str]): self.state['hidden'] += [n for n in map(_known, names) if n not in self.state['hidden']]
+    def init_browser(self, tab:Literal['Solar System', 'Stars']|None=None, expanded:list[str]|None=None):
         if tab: self.state['browser']['tab'] = tab
-        if expanded: self.state['browser']['expanded'] = list(expanded)
-    def init_settings(self, **v): self.state.update({k: v[k] for k in ('star_style', 'resolution', 'limiting_magnitude', 'fov') if k in v})
+        if expanded: self.state['browser']['expanded'] = [_known(n) for n in expanded]
+    def init_settings(self, star_style:Literal[STAR_STYLES]|None=None, resolution:Literal[RESOLUTIONS]|None=None,
+                      limiting_magnitude:float|None=None, fov:float|None=None):
+        if limiting_magnitude is not None and not 1 <= limiting_magnitude <= 15: raise ValueError("field 'limiting_magnitude' must be from 1 to 15")
+        if fov is not None and not 0.01 <= fov <= 120: raise ValueError("field 'fov' must be from 0.01 to 120 degrees")
+        v = dict(star_style=star_style, resolution=resolution, limiting_magnitude=limiting_magnitude, fov=fov)
+        self.state.update({k: x for k, x in v.items() if x is not None})
 
     # ---- where things are
     def positions(self, jd:float|None=None)->dict:
@@ -1756,7 +1778,7 @@ def _op_box(op, screen)->tuple|None:
     if k == 'text':   # exactly where `Canvas2D.text` pastes the glyphs
         xy, text, size, clip = op[1], op[2], op[4], op[5]
         if not text: return None
-        m = _text_mask(_clipped(text, size, clip), size)
+        m = _text_mask(_clipped(text, size, clip, screen[0] - int(xy[0])), size)
         if m is None: return None
         x, y = int(xy[0]), int(xy[1]) + 2
         return (x, y, x + m.size[0], y + m.size[1])

@@ -11,6 +11,7 @@ __all__ = ['AA3', 'SIDE', 'RING_CLOSE', 'SP2', 'RINGS', 'CATALOG', 'LIGAND_NAMES
 
 # %% ../../nbs/05c_biochem.ipynb #31d9d3ba
 import math, re, functools, random
+from typing import Literal
 from dataclasses import dataclass
 import numpy as np
 from PIL import Image
@@ -394,6 +395,7 @@ def _ranges(text):
     out = []
     for part in text.split(','):
         a, _, b = part.partition('-')
+        if len(a) > 9 or len(b) > 9: raise CommandError(f'Number too large in "{part[:40]}"')
         out.append((int(a), int(b) if b else int(a)))
     return out
 
@@ -432,6 +434,11 @@ CANVAS = (256, 108, 892, 744)
 ROW_H = 20
 _I3 = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
 
+def _known(pdb:str)->str:
+    "A bundled structure's id (upper case), or CommandError naming the ones there are"
+    if pdb.upper() not in CATALOG: raise CommandError(f'no bundled structure {pdb[:40]!r} (there are {", ".join(CATALOG)})')
+    return pdb.upper()
+
 def _plural(n, word): return f"{n} {word}{'' if n == 1 else 's'}"
 
 class Biochem(SciApp):
@@ -443,11 +450,14 @@ class Biochem(SciApp):
                     next_id=1, history=[])
 
     # ---- task set-up (ScienceBoard's init funcs: clear_log, open, turn, color, download)
-    def init_open(self, name, as_name=None): self._open(name.upper(), as_name or name.lower(), log=False); self._dirty()
-    def init_file(self, path, pdb): self.state['files'][self._path(path)] = pdb.upper(); self._dirty()
-    def init_turn(self, axis='y', angle=90.0): self._turn(axis, float(angle)); self._dirty()
+    # (scidesk.run_init checks each field against these annotations first)
+    def init_open(self, name:str, as_name:str|None=None):
+        self._open(_known(name), as_name or name.lower(), log=False); self._dirty()
+    def init_file(self, path:str, pdb:str): self.state['files'][self._path(path)] = _known(pdb); self._dirty()
+    def init_turn(self, axis:Literal['x', 'y', 'z']='y', angle:float=90.0):
+        self._turn(axis, _num(str(angle), -3600, 3600, "field 'angle'")); self._dirty()
     def init_clear_log(self): self.state['log'] = []; self._dirty()
-    def init_run(self, commands):
+    def init_run(self, commands:str|list[str]):
         "Run commands during set-up without logging them (e.g. `hide solvent`, `select /A:3`)"
         for c in ([commands] if isinstance(commands, str) else commands): self.run(c, echo=False, quiet=True)
 
