@@ -169,3 +169,52 @@ def test_accessibility_tree_of_a_wx_app_is_grounded(tmp_path):
         d.act([Action('click', (x1 + x2) / 2, (y1 + y2) / 2)])
         wait_for(lambda: log.exists() and 'pressed' in log.read_text())
     assert Desktop().a11y() is None                                   # not started: no tree, no error
+
+DRIVER = ("import sys, time; sys.path.insert(0, %r)\nfrom coda.envs.desktop import Desktop\n"
+          "d = Desktop().start(); p = d.launch([sys.executable, %r, %r, '1280', '800'], 'probe'); d.wait_window('.', proc=p)\n"
+          "g = getattr(d, '_guard', None)\n"
+          "print('ID=' + d.id, d.tmp, g['proc'].pid if g else 0, flush=True); time.sleep(60)")
+
+def start_driver(tmp_path):
+    "A Python process with a desktop and an app on it: (the process, the desktop's id, its folder, its watchdog's pid)"
+    import subprocess
+    code = DRIVER % (str(Path(__file__).parents[1]), str(PROBE), str(tmp_path/'ev.jsonl'))
+    drv = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True)
+    mark, tmp, wd = next(l for l in drv.stdout if l.startswith('ID='))[3:].split()
+    assert len(desktop_processes(mark)) >= 4 and Path(tmp).is_dir()          # Xvfb, bus, openbox, the app
+    return drv, mark, Path(tmp), int(wd)
+
+def test_a_sigkilled_driver_leaves_no_process_and_no_folder(tmp_path):
+    "The watchdog: a driver killed with SIGKILL cannot clean up, yet within seconds its desktop is gone, folder and all"
+    drv, mark, tmp, _ = start_driver(tmp_path)
+    drv.kill(); drv.wait()
+    wait_for(lambda: desktop_processes(mark) == [] and not tmp.exists(), 10)
+
+def test_sweep_removes_what_a_killed_driver_and_its_watchdog_left(tmp_path):
+    "Watchdog killed too: the next desktop (or sweep_desktops) kills the processes and deletes the folder"
+    from coda.envs.desktop import sweep_desktops
+    drv, mark, tmp, wd = start_driver(tmp_path)
+    assert wd > 0, 'no watchdog'
+    os.kill(wd, signal.SIGKILL); time.sleep(0.2); drv.kill(); drv.wait()
+    assert tmp.exists()
+    with Desktop(wm=None, bus=False) as d:
+        assert desktop_processes(mark) == [] and not tmp.exists()
+        assert d.tmp.exists() and d.tmp not in sweep_desktops()                # a live owner's folder is kept
+
+def test_sweep_keeps_live_owners_and_removes_dead_ones(tmp_path):
+    "Folders carry their owner's pid and start time; a folder whose owner is gone (and nothing of it runs) is deleted"
+    import subprocess
+    from coda.envs.desktop import desktop_folder, sweep_desktops
+    mine = desktop_folder('a' * 12, str(tmp_path))
+    code = ("import sys; sys.path.insert(0, %r)\nfrom coda.envs.desktop import desktop_folder\n"
+            "print(desktop_folder('b' * 12, %r))") % (str(Path(__file__).parents[1]), str(tmp_path))
+    dead = Path(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip())
+    (tmp_path/'coda-desktop-link').symlink_to(dead); (tmp_path/'coda-desktop-').mkdir(); (tmp_path/'coda-desktop-x-y').mkdir()
+    assert dead.is_dir() and dead.name.startswith('coda-desktop-' + 'b' * 12)
+    assert sweep_desktops(str(tmp_path)) == [dead]
+    assert mine.is_dir() and not dead.exists() and (tmp_path/'coda-desktop-link').is_symlink()
+    assert (tmp_path/'coda-desktop-').is_dir() and (tmp_path/'coda-desktop-x-y').is_dir()          # not desktops' folders
+
+def test_desktop_programs_get_a_temporary_folder_inside_the_desktop():
+    with Desktop(wm=None, bus=False) as d:
+        assert d.env['TMPDIR'] == str(d.tmp/'tmp') and (d.tmp/'tmp').is_dir()
