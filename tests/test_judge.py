@@ -148,12 +148,53 @@ def test_parse_failures_are_rejections():
         assert not v.parsed and not v.correct, bad
     assert parse_verdict('```json\n{"Correctness": false, "First_Error_Step": 2}\n```').first_error == 2
 
+def test_conflicting_keys_are_a_rejection():
+    for bad in ["<res_dict>{'Correctness': False, 'correctness': True}</res_dict>",
+                '<res_dict>{"Correctness": True, "Correctness": False}</res_dict>',
+                '<res_dict>{"Correctness": False, "First Error Step": 2, "first_error_step": None, "correctness ": True}</res_dict>']:
+        v = parse_verdict(bad)
+        assert not v.correct and not v.parsed and 'conflicting keys' in v.error, (bad, v)
+
+def test_only_the_last_verdict_counts():
+    "A malformed final verdict is a rejection: an earlier True is not fallen back on"
+    for bad in ['<res_dict>{"Correctness": True}</res_dict> Let me fix that: <res_dict>{"Correctness": Tru</res_dict>',
+                '<res_dict>{"Correctness": True}</res_dict>\n<res_dict>{"Correctness": "maybe"}</res_dict>',
+                '```python\n{"Correctness": True}\n```\n```python\n{"Correctness": True,\n```',
+                '<res_dict>{"Correctness": True}</res_dict> and finally <res_dict>']:
+        v = parse_verdict(bad)
+        assert not v.correct and not v.parsed and (v.error.startswith('the last') or 'Correctness is' in v.error), (bad, v)
+    assert parse_verdict('<res_dict>{"Correctness": False}</res_dict> ok, in fact: <res_dict>{"Correctness": False, "First_Error_Step": 2}</res_dict>').first_error == 2
+
+def test_quoted_templates_are_rejections():
+    "A template or example dict quoted in prose next to 'Correctness is False' is not a success"
+    for bad in ['The answer format is {"Correctness": True, "Redundant": []}. Here Correctness is False: 5 was typed, not 4.',
+                'e.g. {"Correctness": True} -- but the dialog is still open, so no.',
+                'Correctness is False, since the value is wrong.\n<res_dict>{"Correctness": True, "Redundant": []}</res_dict>',
+                'Template: <res_dict>{"Correctness": False}</res_dict>\nMine: <res_dict>{"Correctness": True}</res_dict>',
+                '**Correctness**: false.\n```json\n{"Correctness": true}\n```']:
+        v = parse_verdict(bad)
+        assert not v.correct and not v.parsed and v.error, (bad, v)
+    assert parse_verdict('Correctness: True, the value 4 is shown.\n<res_dict>{"Correctness": True}</res_dict>').correct
+    assert parse_verdict('It is not correct.\n<res_dict>{"Correctness": False, "First_Error_Step": 1}</res_dict>').first_error == 1
+
+def test_huge_numbers_never_raise():
+    "A 5,000-digit hex literal (its repr is over Python's int-to-str limit) made the parser raise"
+    for reply in ['<res_dict>{"Correctness": 0x' + 'f' * 5000 + '}</res_dict>',
+                  '<res_dict>{"Correctness": False, "First_Error_Step": 0x' + 'f' * 5000 + ', "Redundant": [0x' + 'f' * 5000 + ', 2]}</res_dict>',
+                  '<res_dict>{"Correctness": False, "Error_Type": 0x' + 'f' * 5000 + ', "First_Error_Step": "' + '9' * 5000 + '"}</res_dict>',
+                  '<res_dict>{"Correctness": False, "Redundant": ' + '[' * 100000 + ']' * 100000 + '}</res_dict>']:
+        v = parse_verdict(reply)
+        repr(v); json.dumps(v.__dict__)
+        assert not v.correct and v.first_error is None
+    v = parse_verdict('<res_dict>{"Correctness": False, "First_Error_Step": 0x' + 'f' * 5000 + ', "Redundant": [0x' + 'f' * 5000 + ', 2]}</res_dict>')
+    assert v.parsed and v.redundant == [2]
+
 # ------------------------------------------------------------------ judging a run: P/R with ARB semantics
 def scripted_judge_policy(body):
-    "True for tasks 0, 1 (right, wrong), False for 2, 3 (right, wrong), garbage for 4 (right), empty for 5 (wrong)"
+    "True for tasks 0, 1 (right, wrong), False for 2, 3 (right, wrong), garbage for 4 (right), a cut-off verdict for 5 (wrong)"
     text = body['messages'][0]['content'][0]['text']
     i = next(i for i, t in enumerate(ANS_TASKS) if f"'{t.instruction}'" in text)
-    return [T, T, F, F, 'I cannot tell.', ''][i]
+    return [T, T, F, F, 'I cannot tell.', '<res_dict>{"Correctness": Tr'][i]   # (an empty reply is a model error: coda.models)
 
 def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
     import shutil
@@ -164,7 +205,7 @@ def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
             try: return await judge_run(r, Judge(m, 'single', name='j'), workers=3, progress=False)
             finally: await m.aclose()
         c = run_sync(go())
-        assert c == dict(judged=6, skipped=0, failed=0, accepted=2)
+        assert c == dict(judged=6, skipped=0, failed=0, accepted=2, errored=0)
         c2 = run_sync(go())
         assert c2['judged'] == 0 and c2['skipped'] == 6 and len(srv.requests) == 6     # resumed: nothing asked again
     recs = {tuple(x['key'])[1]: x for x in read_judgments(r, 'j')}
@@ -178,8 +219,8 @@ def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
     table = judge_eval(r, ['j'], {'j': 'single'})
     assert table.loc['single', 'Precision'] == 50.0 and table.loc['single', 'Recall'] == 33.3 and table.loc['single', 'n'] == 6
 
-def test_errored_and_timed_out_episodes_are_judged_but_give_no_labels(run, tmp_path):
-    "The judge's decision is filed (precision is measured on it), but a broken episode gives no positive and no clean success"
+def test_errored_and_timed_out_episodes_are_not_judged(run, tmp_path):
+    "A broken episode is never asked about, counted as errored, has no judgment on file (so no label can come from it) and is n/a for the judge's precision"
     import shutil
     from coda.judge import checker_judgments
     r = tmp_path/'run'; shutil.copytree(run, r)
@@ -193,14 +234,33 @@ def test_errored_and_timed_out_episodes_are_judged_but_give_no_labels(run, tmp_p
             m = OpenAIChat(srv.url, 'judge', retries=0)
             try: return await judge_run(r, Judge(m, 'single', name='yes'), workers=2, progress=False)
             finally: await m.aclose()
-        assert run_sync(go()) == dict(judged=6, skipped=0, failed=0, accepted=6)
+        assert run_sync(go()) == dict(judged=4, skipped=0, failed=0, accepted=4, errored=2)
+        assert not any(t.instruction in json.dumps(q) for q in srv.requests for t in ANS_TASKS if t.id in broken)
+        assert run_sync(go()) == dict(judged=0, skipped=4, failed=0, accepted=0, errored=2)      # resumed: still not judged
     got = {x['key'][1]: x for x in read_judgments(r, 'yes')}
-    for tid in broken: assert got[tid]['accepted'] and got[tid]['labels'] == {'positives': [], 'negative': None, 'clean_success': False}
+    assert set(got) == {t.id for t in ANS_TASKS} - set(broken)
+    assert all(not judgment_path(r, 'yes', ('Algebra', tid, 0)).exists() for tid in broken)
     assert sum(x['labels']['clean_success'] for x in got.values()) == 4
-    assert judge_labels(r, 'yes')[1] == [1] * 6                              # still counted for the judge's precision
+    pred = dict(zip([x['task'] for x in store.records()], judge_labels(r, 'yes')[1]))            # records: all scored, in order
+    assert [pred[tid] for tid in broken] == [-1, -1] and sorted(pred.values()).count(1) == 4    # n/a for the judge
     assert checker_judgments(r) == 6
     chk = {x['key'][1]: x for x in read_judgments(r, 'checker')}
     assert all(not chk[tid]['accepted'] and chk[tid]['labels']['positives'] == [] for tid in broken)
+
+def test_judgment_with_lone_surrogates_is_filed(run, tmp_path):
+    "A judge reply holding JSON-style surrogate escapes (a pair and a lone one) is filed, sanitised, instead of crashing the run"
+    import shutil
+    r = tmp_path/'run'; shutil.copytree(run, r)
+    reply = T.replace('"Error_Type": ""', '"Error_Type": "\\ud83d\\ude00 \\udc80"')
+    with ScriptedServer(lambda body: reply) as srv:
+        async def go():
+            m = OpenAIChat(srv.url, 'judge', retries=0)
+            try: return await judge_run(r, Judge(m, 'single', name='s'), workers=2, progress=False)
+            finally: await m.aclose()
+        c = run_sync(go())
+    assert c['judged'] == 6 and c['failed'] == 0, c
+    recs = read_judgments(r, 's')
+    assert len(recs) == 6 and all(x['verdict']['error_type'] == '\U0001F600 \ufffd' for x in recs)
 
 def test_generated_task_without_checks_is_unscored_left_out_not_a_checker_judgment_but_judged(tmp_path):
     "An episode of a generated task without checks, through the real stack: unscored, out of the table, judged only by a judge"

@@ -1,0 +1,210 @@
+"""Run folders that nothing damaged can break: ids mapped injectively to folder names and nothing written or
+deleted outside the run, a damaged file costing only its own episode (skipped with a warning naming it, run again
+on resume), records that can always be written (lone surrogates), and a resume with other settings refused."""
+import dataclasses, json, os, warnings
+from pathlib import Path
+import pytest
+from agent_fixtures import ScriptedServer
+from coda.agent import Agent, AgentConfig, run_sync
+from coda.envs.scidesk import SciDesk, scidesk_tasks
+from coda.models import OpenAIChat
+from coda.rollout import run_episodes
+from coda.store import RunStore, EpisodeWriter, read_jsonl, to_dataset, to_html
+
+DONE = dict(status='done', stop='ANS', score=1.0, steps=1)
+
+def files_under(p:Path)->set: return {q for q in Path(p).rglob('*')}
+
+def finished(store, app, task, sample=0, result=DONE, step=None):
+    w = store.start(app, task, sample, {'instruction': f'do {task}'})
+    w.add_step(step or {'step': 0, 'thought': 'Thought: done', 'actions': [{'kind': 'answer', 'text': '4'}]}, b'\x89PNG')
+    w.finish(result)
+    return store.episode_dir(app, task, sample)
+
+def caught(fn):
+    "fn()'s value and the messages of the warnings it raised"
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter('always')
+        v = fn()
+    return v, [str(w.message) for w in ws]
+
+# ------------------------------------------------------------------ folder names
+def test_ids_that_differ_get_different_folders(tmp_path):
+    "`A 01` and `A_01` (and `a/b`, `a_b`) used to share a folder, so one of them never ran"
+    st = RunStore(tmp_path/'run', {})
+    ids = ['A 01', 'A_01', 'a/b', 'a_b', 'A%2001', '温度', 'x' * 300, 'x' * 299 + 'y']
+    for i in ids: finished(st, 'Algebra', i)
+    assert sorted(r['task'] for r in st.records()) == sorted(ids)
+    assert all(st.is_done('Algebra', i, 0) for i in ids)
+    assert len({st.episode_dir('Algebra', i, 0) for i in ids}) == len(ids)
+    assert all(len(st.episode_dir('Algebra', i, 0).parent.name) <= 128 for i in ids)
+
+def test_safe_ids_keep_their_folders(tmp_path):
+    "Run folders from earlier versions (plain ids) resume with the same paths"
+    st = RunStore(tmp_path/'run', {})
+    assert st.episode_dir('KAlgebra', 'A-01', 2) == tmp_path/'run'/'episodes'/'KAlgebra'/'A-01'/'2'
+    assert st.episode_dir('Algebra', 'gen.3_x', 0).parent.name == 'gen.3_x'
+
+def test_dot_dot_ids_stay_inside_the_run(tmp_path):
+    "A task with type '..' and id '..' wrote outside the run and deleted a folder there"
+    outside = tmp_path/'0'; outside.mkdir(); (outside/'keep.txt').write_text('precious')
+    outside_run = lambda: {q for q in files_under(tmp_path) if q != tmp_path/'run' and tmp_path/'run' not in q.parents}
+    before = outside_run()
+    st = RunStore(tmp_path/'run', {})
+    keys = [('..', '..'), ('.', '.'), ('../..', '../../x'), ('', '')]
+    for app, task in keys:
+        w = st.start(app, task, 0); w.add_step({'step': 0}); w.abandon()
+        st.start(app, task, 0).finish(DONE)                                     # the restart wipes its own folder only
+    assert (outside/'keep.txt').read_text() == 'precious' and outside_run() == before
+    assert sorted((r['app'], r['task']) for r in st.records()) == sorted(keys)
+    for app, task in keys: assert st.discard(app, task, 0)
+    assert (outside/'keep.txt').read_text() == 'precious' and outside_run() == before and st.records() == []
+
+def test_a_symlink_out_of_the_run_is_refused(tmp_path):
+    outside = tmp_path/'elsewhere'; outside.mkdir()
+    st = RunStore(tmp_path/'run', {})
+    os.symlink(outside, tmp_path/'run'/'episodes'/'Algebra')
+    with pytest.raises(ValueError, match='outside the run folder'): st.start('Algebra', 'A-01', 0)
+    with pytest.raises(ValueError, match='outside the run folder'): st.discard('Algebra', 'A-01', 0)
+    assert list(outside.iterdir()) == []
+
+def test_a_reader_creates_nothing(tmp_path):
+    "Opening a folder to read it (coda view, coda judge) leaves it as it was"
+    (tmp_path/'notes').mkdir()
+    st = RunStore(tmp_path/'notes')
+    assert st.records() == [] and list(st.episodes()) == [] and st.config == {}
+    assert list((tmp_path/'notes').iterdir()) == []
+
+# ------------------------------------------------------------------ damaged files
+def test_torn_line_in_the_middle_costs_only_its_episode(tmp_path):
+    "A corrupt line in the middle of one steps.jsonl used to abort records, to_dataset and to_html for the whole run"
+    st = RunStore(tmp_path/'run', {'screen': [1280, 800]})
+    good = finished(st, 'Algebra', 'A-01')
+    bad = st.episode_dir('Algebra', 'A-02', 0)
+    w = st.start('Algebra', 'A-02', 0, {'instruction': 'x'})
+    for i in range(3): w.add_step({'step': i, 'thought': f't{i}'})
+    w.finish(DONE)
+    lines = (bad/'steps.jsonl').read_text().splitlines()
+    (bad/'steps.jsonl').write_text('\n'.join([lines[0], lines[1][:9], lines[2]]) + '\n')
+    steps, msgs = caught(lambda: read_jsonl(bad/'steps.jsonl'))
+    assert [s['step'] for s in steps] == [0, 2] and any('steps.jsonl:2' in m for m in msgs)
+    recs, msgs = caught(st.records)
+    assert [r['task'] for r in recs] == ['A-01'] and any(str(bad/'steps.jsonl') in m for m in msgs)
+    eps, _ = caught(lambda: list(st.episodes()))
+    assert [(e['meta']['task'], e['result'] is None, len(e['steps'])) for e in eps] == [('A-01', False, 1), ('A-02', True, 2)]
+    assert caught(lambda: st.is_done('Algebra', 'A-02', 0))[0] is False and st.is_done('Algebra', 'A-01', 0)
+    ds, _ = caught(lambda: to_dataset(st, finished_only=False))
+    assert sorted(ds['task']) == ['A-01', 'A-02', 'A-02']
+    page, _ = caught(lambda: to_html(st))
+    assert 'A-02' in page.read_text() and 'damaged' in page.read_text()
+    assert good.exists()
+
+def test_truncated_meta_is_named_skipped_and_run_again(tmp_path):
+    "A truncated meta.json crashed every resume without naming the file"
+    st = RunStore(tmp_path/'run', {})
+    finished(st, 'Algebra', 'A-01'); d = finished(st, 'Algebra', 'A-02')
+    (d/'meta.json').write_text('{"app": "Alg')
+    recs, msgs = caught(RunStore(tmp_path/'run').records)
+    assert [r['task'] for r in recs] == ['A-01'] and any(str(d/'meta.json') in m for m in msgs)
+    assert not caught(lambda: st.is_done('Algebra', 'A-02', 0))[0]
+    caught(lambda: st.start('Algebra', 'A-02', 0).finish(DONE))                 # the resume wipes it and runs it again
+    assert sorted(r['task'] for r in st.records()) == ['A-01', 'A-02']
+
+def test_deleted_meta_or_corrupt_result_is_run_again(tmp_path):
+    "A deleted meta.json left the episode missing for good (its result made it 'done'); a result that is not an object too"
+    st = RunStore(tmp_path/'run', {})
+    a, b, c = (finished(st, 'Algebra', t) for t in ('A-01', 'A-02', 'A-03'))
+    (a/'meta.json').unlink()
+    (b/'result.json').write_text('[1, 2]')
+    (c/'result.json').write_text('{"status": "do')
+    for t in ('A-01', 'A-02', 'A-03'): assert not caught(lambda: st.is_done('Algebra', t, 0))[0], t
+    recs, msgs = caught(st.records)
+    assert recs == [] and any('meta.json is missing' in m for m in msgs) and any('result.json' in m for m in msgs)
+
+def test_finished_episode_with_missing_steps_counts_as_unfinished(tmp_path):
+    st = RunStore(tmp_path/'run', {})
+    d = finished(st, 'Algebra', 'A-01')
+    (d/'steps.jsonl').unlink()
+    assert not caught(lambda: st.is_done('Algebra', 'A-01', 0))[0] and caught(st.records)[0] == []
+
+def test_unfinished_episode_with_a_torn_last_line_is_quiet(tmp_path):
+    "A kill in the middle of a write tears the last line: normal, ignored without a warning"
+    st = RunStore(tmp_path/'run', {})
+    w = st.start('Algebra', 'A-01', 0); w.add_step({'step': 0}); w.abandon()
+    with open(st.episode_dir('Algebra', 'A-01', 0)/'steps.jsonl', 'a') as f: f.write('{"step": 1, "th')
+    eps, msgs = caught(lambda: list(st.episodes()))
+    assert len(eps) == 1 and len(eps[0]['steps']) == 1 and msgs == []
+
+def test_hostile_screenshot_names_are_not_followed(tmp_path):
+    "A step record naming a screenshot outside its episode folder gives no image"
+    secret = tmp_path/'secret.png'; secret.write_bytes(b'\x89PNG secret')
+    st = RunStore(tmp_path/'run', {})
+    finished(st, 'Algebra', 'A-01', step={'step': 0, 'screenshot': str(secret)})
+    d = st.episode_dir('Algebra', 'A-01', 0)
+    lines = [json.loads(l) for l in (d/'steps.jsonl').read_text().splitlines()]
+    lines[0]['screenshot'] = '../../../../secret.png'
+    (d/'steps.jsonl').write_text(json.dumps(lines[0]) + '\n')
+    assert to_dataset(st)['image'] == [None]
+    assert 'secret' not in to_html(st).read_text()
+
+# ------------------------------------------------------------------ text that can always be written
+def test_lone_surrogates_are_written(tmp_path):
+    "type(content='\\ud83d\\ude00') gives Python two lone surrogates: the step record could not be written"
+    st = RunStore(tmp_path/'run', {})
+    w = st.start('Algebra', 'A-01', 0, {'instruction': 'say \ud83d'})
+    w.add_step({'step': 0, 'planner': "type(content='\ud83d\ude00')", 'actions': [{'kind': 'type', 'text': '\ud83d\ude00\udc80'}]})
+    w.finish(dict(DONE, answer='\udc80'))
+    e = next(st.episodes())
+    assert e['steps'][0]['actions'][0]['text'] == '\U0001F600\ufffd' and e['meta']['instruction'] == 'say \ufffd'
+    assert e['result']['answer'] == '\ufffd' and st.is_done('Algebra', 'A-01', 0)
+
+# ------------------------------------------------------------------ resuming
+def test_resume_with_other_settings_is_refused(tmp_path):
+    from coda.store import RunMismatch
+    cfg = {'n': 1, 'tasks': 4, 'screen': (1280, 800), 'agent': {'temperature': 0.0, 'max_steps': 15}, 'planner': 'a'}
+    RunStore(tmp_path/'run', cfg)
+    RunStore(tmp_path/'run', dict(cfg))                                          # the same settings (a tuple as in run.json): resumed
+    with pytest.raises(RunMismatch) as e:
+        RunStore(tmp_path/'run', {**cfg, 'n': 2, 'agent': {'temperature': 1.0, 'max_steps': 15}, 'workers': 4})
+    msg = str(e.value)
+    assert isinstance(e.value, ValueError) and 'n: 1 then, 2 now' in msg and 'agent.temperature: 0.0 then, 1.0 now' in msg
+    assert 'workers' in msg and 'max_steps' not in msg and 'planner' not in msg and '--out' in msg and '--fresh' in msg
+    RunStore(tmp_path/'run', {**cfg, 'workers': 4}, volatile=('workers',))
+    assert json.loads((tmp_path/'run'/'run.json').read_text())['n'] == 1
+
+def test_unreadable_run_json_is_rewritten_with_a_warning(tmp_path):
+    RunStore(tmp_path/'run', {'n': 1})
+    (tmp_path/'run'/'run.json').write_text('{"n": ')
+    _, msgs = caught(lambda: RunStore(tmp_path/'run', {'n': 2}))
+    assert any('run.json' in m for m in msgs) and RunStore(tmp_path/'run').config['n'] == 2
+
+def test_discard_and_errored(tmp_path):
+    st = RunStore(tmp_path/'run', {})
+    finished(st, 'Algebra', 'A-01')
+    finished(st, 'Algebra', 'A-02', result=dict(status='error', stop='ERROR', score=0.0))
+    finished(st, 'Algebra', 'A 03', result=dict(status='timeout', stop='TIMEOUT', score=0.0))
+    w = st.start('Algebra', 'A-04', 0); w.abandon()                                       # unfinished: not an errored episode
+    assert sorted(st.errored()) == [('Algebra', 'A 03', 0), ('Algebra', 'A-02', 0)]
+    assert st.discard('Algebra', 'A-02', 0) and not st.discard('Algebra', 'A-02', 0)
+    assert not st.is_done('Algebra', 'A-02', 0) and st.errored() == [('Algebra', 'A 03', 0)]
+    assert st.is_done('Algebra', 'A-01', 0)
+
+# ------------------------------------------------------------------ through the real rollout
+def test_colliding_ids_both_run_through_run_episodes(tmp_path):
+    "Two tasks whose ids used to share a folder: both run, both are recorded, a resume runs neither again"
+    base = [t for t in scidesk_tasks(['Algebra']) if len(t.evaluate) == 1 and t.evaluate[0].get('value') == 'ANS'][:2]
+    tasks = [dataclasses.replace(base[0], id='A 01'), dataclasses.replace(base[1], id='A_01')]
+    want = {t.instruction: t.evaluate[0]['args'][0] for t in tasks}
+    def policy(body):
+        text = ' '.join(p.get('text', '') for m in body['messages'] for p in (m['content'] if isinstance(m['content'], list) else []))
+        a = next(v for k, v in want.items() if k in text)
+        return f"Thought: The answer is {a}.\nAction: ```ANS {a}```"
+    with ScriptedServer(policy) as srv:
+        async def go():
+            m = OpenAIChat(srv.url, 'planner')
+            try: return await run_episodes(tasks, SciDesk, Agent(m, m, AgentConfig()), RunStore(tmp_path/'run', {}), n=1, workers=2, progress=False)
+            finally: await m.aclose()
+        res = run_sync(go())
+        assert len(res) == 2 and run_sync(go()) == []
+    recs = RunStore(tmp_path/'run').records()
+    assert sorted((r['task'], r['score']) for r in recs) == [('A 01', 1.0), ('A_01', 1.0)]
