@@ -102,6 +102,14 @@ class Agent:
         except Exception as e: return dict(status='error', score=0.0, reason=f'evaluate failed: {type(e).__name__}: {e}')
         return dict(status='unscored', score=None) if score is None else dict(score=float(score))
 
+    @staticmethod
+    def _record(write:Callable|None, *args)->str|None:
+        "Call the store's writer; what went wrong as text (None: written), so a failed write ends the episode as an error, never silently"
+        if write is None: return None
+        try: write(*args)
+        except Exception as e: return f'{type(e).__name__}: {e}'
+        return None
+
     async def run(self, env, task,
                   on_step:Callable|None=None, # called with (record, png bytes or None) after every step
                   on_final:Callable|None=None, # called with the last screenshot's png bytes (the state the episode ended in)
@@ -156,7 +164,8 @@ class Agent:
                 rec.update(kind='error', error=f'{type(e).__name__}: {e}')
                 stop, reason = 'ERROR', f'step {i}: {type(e).__name__}: {e}'
             rec['total_s'] = round(time.perf_counter() - t0, 4)
-            if on_step: on_step(rec, png)
+            if (why := self._record(on_step, rec, png)) is not None:
+                stop, reason = 'ERROR', f'step {i} could not be recorded: {why}'
             if stop == 'ERROR': break
             if kind in ('done', 'answer', 'fail', 'stuck'):
                 stop = {'done': 'DONE', 'answer': 'ANS', 'fail': 'FAIL', 'stuck': 'STUCK'}[kind]
@@ -164,7 +173,8 @@ class Agent:
                 reason = {'DONE': 'executor finished()', 'ANS': 'planner answered', 'STUCK': f'the same actions on an unchanged screen {c.stuck_after} times',
                           'FAIL': 'planner FAIL' if call_users <= c.call_user_tolerance else f'call_user() more than {c.call_user_tolerance} times'}[stop]
                 break
-        if on_final and stop != 'ERROR' and obs is not None and obs.screenshot is not None: on_final(obs.png())  # before evaluate touches the app
+        if on_final and stop != 'ERROR' and obs is not None and obs.screenshot is not None:  # before evaluate touches the app
+            if (why := self._record(on_final, obs.png())) is not None: stop, reason = 'ERROR', f'the final screenshot could not be recorded: {why}'
         res = dict(stop=stop, answer=answer, steps=i + 1, reason=reason, status='done', score=0.0)
         if stop == 'ERROR': res['status'] = 'error'
         else: res.update(await self._score(env))

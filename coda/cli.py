@@ -12,6 +12,34 @@ from .paths import ROOT, PARAMS
 from .config import get_settings, show_settings, size_arg
 
 # %% ../nbs/90_cli.ipynb #174a809e
+class UserError(Exception):
+    "A mistake in what was asked (a path, a file, a setting, a server that is down): reported in one line, without a traceback"
+
+def _first_line(e:BaseException, limit:int=500)->str:
+    "An exception's message as one line of at most `limit` characters"
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+    line = next((l for l in str(msg).splitlines() if l.strip()), '') or type(e).__name__
+    return line if len(line) <= limit else line[:limit] + '...'
+
+def _at_least(lo:int):
+    "An argparse `type`: an integer >= `lo` (a bad one is a usage error that says what is allowed)"
+    def check(s):
+        try: v = int(s)
+        except ValueError: v = None
+        if v is None or v < lo: raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {s!r}")
+        return v
+    check.__name__ = f'integer >= {lo}'
+    return check
+
+def _number(s, ok, allowed):
+    import math
+    try: v = float(s)
+    except ValueError: v = None
+    if v is None or not math.isfinite(v) or not ok(v): raise argparse.ArgumentTypeError(f"must be {allowed}, got {s!r}")
+    return v
+def _positive_float(s): return _number(s, lambda v: v > 0, 'a number > 0')
+def _non_negative_float(s): return _number(s, lambda v: v >= 0, 'a number >= 0')
+
 def _opt(kv):
     k, sep, v = kv.partition('=')
     if not sep or not k: raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {kv!r}")
@@ -49,6 +77,7 @@ def _add_parse(sub):
 
 def _cmd_view(a):
     from coda.store import to_html
+    if not _is_run(a.run): raise UserError(f"{a.run} is not a run folder (no run.json or episodes/ in it)")
     print(to_html(a.run))
 
 def _add_view(sub):
@@ -57,16 +86,66 @@ def _add_view(sub):
     c.set_defaults(fn=_cmd_view)
 
 # %% ../nbs/90_cli.ipynb #e0ef8ad7
+def _is_run(path)->bool:
+    "Whether `path` is a run folder (coda wrote run.json or episodes/ there)"
+    p = Path(path)
+    return (p/'run.json').is_file() or (p/'episodes').is_dir()
+
+def _run_folder(path, fresh:bool=False)->Path:
+    "The run folder to write: a new or empty folder, or an earlier run (deleted first when `fresh`); never a folder of other files"
+    run = Path(path)
+    if run.exists() and not run.is_dir(): raise UserError(f"--run {run} is a file, not a folder")
+    if run.exists() and any(run.iterdir()) and not _is_run(run): raise UserError(f"--run {run} holds other files and is not a run folder; give a new or empty folder")
+    if fresh and run.exists(): shutil.rmtree(run)
+    return run
+
+def _env_factory(a, opts:dict)->tuple:
+    "(make_env for the run, a function that stops every environment it made): Ray actors, worker processes (the default) or this process"
+    from functools import partial
+    from coda.envs.core import make_env
+    build = partial(make_env, a.env, **opts)   # picklable: it crosses to worker processes and actors
+    if a.ray:
+        from coda.rollout import RayEnvFactory
+        fac = RayEnvFactory(build, address=None if a.ray == 'local' else a.ray, num_cpus=a.ray_cpus,
+                            resources=json.loads(a.ray_resources) if a.ray_resources else None)
+        print(f"environments: Ray actors ({'a local Ray' if a.ray == 'local' else a.ray}; {a.ray_cpus} CPU each, resources {a.ray_resources or '{}'})", flush=True)
+        return fac, fac.shutdown
+    if a.in_process: return build, lambda: None
+    from coda.rollout import ProcessEnvFactory
+    fac = ProcessEnvFactory(build)
+    return fac, fac.shutdown
+
+def _preflight(chats:dict, make_env, env_name:str):
+    "Before any episode: every endpoint answers and serves its model, and one environment can be built and closed; `UserError` naming what is broken"
+    from coda.models import preflight_sync, ModelError
+    seen = set()
+    for role, chat in chats.items():
+        if (key := (getattr(chat, 'base_url', None), getattr(chat, 'model', None))) in seen: continue
+        seen.add(key)
+        try: preflight_sync(chat)
+        except ModelError as e: raise UserError(f"{role} endpoint: {e}") from None
+    try:
+        env = make_env()
+        if hasattr(env, 'pid'): env.pid()      # a Ray actor is built lazily: make it answer once
+        env.close()
+    except Exception as e: raise UserError(f"environment {env_name!r} cannot be built: {type(e).__name__}: {_first_line(e)}") from None
+
+def _resume_command(argv:list, run:Path)->str:
+    "The command that resumes a `coda eval` given `argv`: the same arguments with the run folder made explicit and without --fresh"
+    args = [x for x in argv if x != '--fresh']
+    if not any(x == '--run' or x.startswith('--run=') for x in args): args += ['--run', str(run)]
+    return shlex.join(['coda', *args])
+
 def _cmd_eval(a):
     from coda.tasks import load_tasks
-    from coda.envs.core import make_env
     from coda.agent import AgentConfig
     from coda.models import OpenAIChat
     from coda.rollout import evaluate
+    from coda.store import ended_in_error, RunMismatch
     s = get_settings(a.settings, **{k: getattr(a, k) for k in ('planner_url', 'planner_model', 'executor_url', 'executor_model', 'api_key')})
     tasks = load_tasks(a.tasks, apps=a.apps, split=a.split)
     if a.limit: tasks = tasks[:a.limit]
-    if not tasks: sys.exit(f"no tasks found in {a.tasks}" + (f" for apps {a.apps}" if a.apps else '') + (f" in split {a.split!r}" if a.split else ''))
+    if not tasks: raise UserError(f"no tasks found in {a.tasks}" + (f" for apps {a.apps}" if a.apps else '') + (f" in split {a.split!r}" if a.split else ''))
     screen = a.screen or s.screen
     cfg = AgentConfig(obs=a.obs, screen=screen, coords=s.coords, min_pixels=s.min_pixels, max_pixels=s.max_pixels, continue_final=not a.no_continue)
     if a.planner_temperature is not None: cfg.planner_sampling['temperature'] = a.planner_temperature
@@ -74,54 +153,61 @@ def _cmd_eval(a):
     opts = dict(a.env_opt or [])
     planner = OpenAIChat.from_settings('planner', s, max_concurrency=a.workers)
     executor = OpenAIChat.from_settings('executor', s, max_concurrency=a.workers)
-    run = Path(a.run) if a.run else s.runs/time.strftime('eval-%Y%m%d-%H%M%S')
+    run = _run_folder(a.run if a.run else s.runs/time.strftime('eval-%Y%m%d-%H%M%S'), a.fresh)
     print(f"{len(tasks)} tasks x {a.n} samples -> {run}\nplanner  {s.planner_model} @ {s.planner_url}\nexecutor {s.executor_model} @ {s.executor_url}", flush=True)
-    factory, ray_fac = (lambda: make_env(a.env, **opts)), None
-    if a.ray:
-        from coda.rollout import RayEnvFactory
-        env_name = a.env
-        ray_fac = factory = RayEnvFactory(lambda: make_env(env_name, **opts), address=None if a.ray == 'local' else a.ray,
-                                          num_cpus=a.ray_cpus, resources=json.loads(a.ray_resources) if a.ray_resources else None)
-        print(f"environments: Ray actors ({'a local Ray' if a.ray == 'local' else a.ray}; {a.ray_cpus} CPU each, resources {a.ray_resources or '{}'})", flush=True)
+    factory, stop_envs = _env_factory(a, opts)
     try:
-        out = evaluate(tasks, factory, planner, executor, run, n=a.n, workers=a.workers, config=cfg, retries=a.retries,
-                       ks=a.k or (1,), run_info={'planner': f'{s.planner_model}@{s.planner_url}', 'executor': f'{s.executor_model}@{s.executor_url}',
+        _preflight({'planner': planner, 'executor': executor}, factory, a.env)
+        out = evaluate(tasks, factory, planner, executor, run, n=a.n, workers=a.workers, config=cfg, retries=a.retries, retry_errors=a.retry_errors,
+                       ks=a.k or (1,), run_info={'planner': s.planner_model, 'executor': s.executor_model, 'planner_url': s.planner_url, 'executor_url': s.executor_url,
                                                'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks), 'ray': a.ray},
                        episode_timeout=a.episode_timeout, seed=a.seed)
-    finally:
-        if ray_fac is not None: ray_fac.shutdown()
+    except RunMismatch as e:   # its message names each setting that differs
+        msg = str(e).replace('another --out folder', 'another --run folder')
+        raise UserError(msg if '--fresh' in msg else f"{msg}; give another --run folder, or --fresh to start {run} over") from None
+    except KeyboardInterrupt:
+        print(f"\ncoda eval: interrupted; the finished episodes are kept in {run}. Resume with:\n  {_resume_command(a.argv, run)}", file=sys.stderr, flush=True)
+        sys.exit(130)
+    finally: stop_envs()
     print(out['markdown'])
     if a.html:
         from coda.store import to_html
         print('viewer:', to_html(run))
+    if out['records'] and all(ended_in_error(r) for r in out['records']):
+        sys.exit(f"coda eval: every episode ({len(out['records'])}) ended in an error or a timeout: nothing was measured; "
+                 f"the reasons are in {run}/episodes/*/*/*/result.json (--retry-errors runs them again)")
 
 def _add_eval(sub):
     c = sub.add_parser('eval', help='run N samples of every task through the agent and print Average@k / Pass@k',
-                       description='Run the planner-executor agent on a task set into a run folder (resumable), then print the metrics table.')
+                       description='Run the planner-executor agent on a task set into a run folder (resumable), then print the metrics table. '
+                                   'Both endpoints and the environment are checked before any episode starts.')
     c.add_argument('--tasks', required=True, help='task file, folder of task files, or .jsonl of tasks')
     c.add_argument('--env', required=True, help='environment: a registered name or module:callable')
     c.add_argument('--env-opt', type=_opt, action='append', metavar='KEY=VALUE', help='option passed to the environment factory (repeatable)')
-    c.add_argument('--n', type=int, default=1, help='samples per task (default 1; the paper: 8)')
+    c.add_argument('--n', type=_at_least(1), default=1, help='samples per task (default 1; the paper: 8)')
     c.add_argument('--run', help='run folder; an existing one is resumed (default: <run_dir>/eval-<timestamp>)')
-    c.add_argument('--workers', type=int, default=4, help='episodes at the same time (default 4)')
+    c.add_argument('--fresh', action='store_true', help='delete the run folder first (only a run folder) and start over')
+    c.add_argument('--workers', type=_at_least(1), default=4, help='episodes at the same time (default 4)')
     c.add_argument('--apps', nargs='+', help='only these apps')
     c.add_argument('--split', help='only tasks of this split')
-    c.add_argument('--limit', type=int, help='only the first N tasks')
-    c.add_argument('--k', type=int, nargs='+', help='Pass@k columns besides Pass@n (default 1)')
+    c.add_argument('--limit', type=_at_least(1), help='only the first N tasks')
+    c.add_argument('--k', type=_at_least(1), nargs='+', help='Pass@k columns besides Pass@n (default 1)')
     c.add_argument('--obs', choices=['screenshot', 'a11y', 'both'], default='screenshot', help='what the planner sees (default screenshot)')
     c.add_argument('--screen', type=size_arg, help='screen WxH (default: settings)')
     for role in ('planner', 'executor'):
         c.add_argument(f'--{role}-url', help=f'{role} endpoint (default: settings)')
         c.add_argument(f'--{role}-model', help=f'{role} model name (default: settings)')
-        c.add_argument(f'--{role}-temperature', type=float, help=f'{role} temperature (default 1.0, as the reference)')
+        c.add_argument(f'--{role}-temperature', type=_non_negative_float, help=f'{role} temperature (default 1.0, as the reference)')
     c.add_argument('--api-key', help='API key for both endpoints (default: settings)')
     c.add_argument('--no-continue', action='store_true', help="executor writes a fresh reply instead of continuing the planner's thought")
-    c.add_argument('--episode-timeout', type=float, help='seconds an episode may take; longer ones count as failed timeouts')
+    c.add_argument('--episode-timeout', type=_positive_float, help='seconds an episode may take; longer ones count as failed timeouts (a stuck step is killed)')
     c.add_argument('--html', action='store_true', help='also write the trajectory viewer (viewer.html in the run folder)')
-    c.add_argument('--retries', type=int, default=0, help='run an episode that ended in an error (crashed app, dead worker) again, up to N times')
+    c.add_argument('--retries', type=_at_least(0), default=0, help='run an episode that ended in an error (crashed app, dead worker) again, up to N times')
+    c.add_argument('--retry-errors', action='store_true', help='on resume, run again the episodes that ended in an error or a timeout')
     c.add_argument('--seed', type=int, help='seed every model call from this, the task, the sample and the step: a rerun or resume samples the same (default: unseeded)')
+    c.add_argument('--in-process', action='store_true', help='run environments in this process, not one worker process each (a step stuck in C code then outlives --episode-timeout)')
     c.add_argument('--ray', metavar='ADDRESS', help="run each environment in a Ray actor: a cluster address ('auto', 'host:6379', 'ray://host:10001') or 'local'")
-    c.add_argument('--ray-cpus', type=float, default=0.25, help='CPUs each environment actor reserves (default 0.25)')
+    c.add_argument('--ray-cpus', type=_positive_float, default=0.25, help='CPUs each environment actor reserves (default 0.25)')
     c.add_argument('--ray-resources', help='custom resources each environment actor needs, as JSON, e.g. \'{"gui_env": 1}\'')
     c.set_defaults(fn=_cmd_eval)
 
@@ -131,7 +217,7 @@ def _cmd_judge(a):
     from coda.models import OpenAIChat
     from coda.agent import run_sync
     s = get_settings(a.settings, **{k: getattr(a, k) for k in ('judge_url', 'judge_model', 'api_key')})
-    if not (Path(a.run)/'episodes').exists(): sys.exit(f"{a.run} is not a run folder (no episodes/ in it)")
+    if not (Path(a.run)/'episodes').exists(): raise UserError(f"{a.run} is not a run folder (no episodes/ in it)")
     kw = {k: v for k, v in (('max_frames', a.frames), ('max_tokens', a.max_tokens)) if v is not None}
     cfg = preset(a.preset, **kw)
     if a.resolution: cfg.votes = [replace(v, resolution=a.resolution) for v in cfg.votes]
@@ -152,11 +238,11 @@ def _add_judge(sub):
     c.add_argument('run', help='the run folder')
     c.add_argument('--preset', default='coda', choices=['single', 'seagent', 'coda', 'coda-multires'], help='vote schedule (default coda: 4 votes at T=1.0)')
     c.add_argument('--name', help='name the judgments are filed under (default: the preset)')
-    c.add_argument('--frames', type=int, help='keyframes per request (default 8)')
-    c.add_argument('--max-tokens', type=int, help='completion limit per vote (default 1024)')
+    c.add_argument('--frames', type=_at_least(1), help='keyframes per request (default 8)')
+    c.add_argument('--max-tokens', type=_at_least(1), help='completion limit per vote (default 1024)')
     c.add_argument('--resolution', type=size_arg, help="scale every vote's frames to fit WxH (default: the preset's schedule)")
-    c.add_argument('--workers', type=int, default=4, help='episodes judged at the same time (default 4)')
-    c.add_argument('--limit', type=int, help='judge at most N episodes now')
+    c.add_argument('--workers', type=_at_least(1), default=4, help='episodes judged at the same time (default 4)')
+    c.add_argument('--limit', type=_at_least(1), help='judge at most N episodes now')
     c.add_argument('--judge-url', help='judge endpoint (default: settings)')
     c.add_argument('--judge-model', help='judge model name (default: settings)')
     c.add_argument('--also', nargs='+', metavar='URL@MODEL', help='more judges, combined with the first by AND (an ensemble)')
@@ -293,6 +379,7 @@ def build_parser()->argparse.ArgumentParser:
     "The `coda` argument parser with its subcommands"
     p = argparse.ArgumentParser(prog='coda', description='coda: a trainable planner-executor GUI agent and the CODA reproduction.')
     p.add_argument('--settings', help='settings file (default: $CODA_SETTINGS or the repo settings.ini)')
+    p.add_argument('--debug', action='store_true', help='show the traceback of an error (also $CODA_DEBUG=1)')
     sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
     _add_pipeline(sub, 'pipeline', str(PARAMS/'mini.yaml'), "run CODA's whole pipeline from a config (params/mini.yaml on CPU, params/paper.yaml on GPUs)")
     _add_pipeline(sub, 'reproduce', str(PARAMS/'mini.yaml'), 'the reproduction: the pipeline with the CPU miniature config (make reproduce)')
@@ -301,11 +388,28 @@ def build_parser()->argparse.ArgumentParser:
     for add in (_add_serve_local, _add_generate, _add_train):   # their modules need the optional extras
         try: add(sub)
         except ImportError as e: sub.add_parser(add.__name__.removeprefix('_add_').replace('_', '-'), help=f'unavailable: {e}')
+    for c in sub.choices.values():   # `coda eval ... --debug` as well as `coda --debug eval ...`
+        c.add_argument('--debug', action='store_true', default=argparse.SUPPRESS, help='show the traceback of an error')
     return p
+
+def _is_user_error(e:BaseException)->bool:
+    "Whether `e` is a mistake in what was asked (exit 2) rather than a failure of coda itself (exit 1)"
+    from coda.models import ModelError
+    return isinstance(e, (UserError, ModelError, ValueError, KeyError, OSError))
 
 def main(argv:list|None=None):
     "Entry point of the `coda` console command"
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
-    a.fn(a)
+    a.argv = argv                     # what `coda eval` prints to resume an interrupted run
+    if a.debug or os.environ.get('CODA_DEBUG'): return a.fn(a)
+    try: a.fn(a)
+    except KeyboardInterrupt:
+        print(f"\ncoda {a.cmd}: interrupted", file=sys.stderr); sys.exit(130)
+    except Exception as e:
+        user = _is_user_error(e)
+        what = _first_line(e) if isinstance(e, UserError) else f"{type(e).__name__}: {_first_line(e)}"
+        print(f"coda {a.cmd}: error: {what}" + ('' if user else f" (`coda --debug {a.cmd} ...` shows the traceback)"), file=sys.stderr)
+        sys.exit(2 if user else 1)
 
 if __name__ == '__main__' and '__file__' in globals(): main()

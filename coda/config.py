@@ -31,6 +31,10 @@ class Settings:
     run_dir: str = 'runs'                          # where runs are written; relative paths are taken from the repo root
     seed: int = 0                                  # default random seed
 
+    def __post_init__(self):
+        for f in fields(self): _check(f.name, getattr(self, f.name), 'settings')
+        if self.max_pixels < self.min_pixels: raise ValueError(f"setting max_pixels = {self.max_pixels} is below min_pixels = {self.min_pixels}")
+
     @property
     def screen(self)->tuple: return (self.screen_width, self.screen_height)
     @property
@@ -40,10 +44,28 @@ class Settings:
 _TYPES = {f.name: f.type for f in fields(Settings)}
 _CASTS = {int: int, float: float, str: str, 'int': int, 'float': float, 'str': str}
 
+_ALLOWED = {'coords': ('absolute', 'relative1000')}   # settings with a closed list of values
+_POSITIVE = ('request_timeout', 'screen_width', 'screen_height', 'min_pixels', 'max_pixels')   # finite numbers > 0
+_URLS = ('planner_url', 'executor_url', 'judge_url')   # http(s) base URLs
+
+def _problem(key, val)->str|None:
+    "What is wrong with `val` for setting `key` (the allowed values), or None when it is allowed"
+    import math
+    if key in _ALLOWED and val not in _ALLOWED[key]: return f"allowed: {', '.join(_ALLOWED[key])}"
+    if key in _POSITIVE and not (isinstance(val, (int, float)) and math.isfinite(val) and val > 0): return 'allowed: a finite number > 0'
+    if key in _URLS and not str(val).startswith(('http://', 'https://')): return 'allowed: an http:// or https:// URL'
+    return None
+
+def _check(key, val, source):
+    "`val` if setting `key` allows it; a `ValueError` naming the setting, its source and the allowed values if not"
+    if (why := _problem(key, val)) is not None: raise ValueError(f"setting {key} = {val!r} from {source} is not allowed; {why}")
+    return val
+
 def _coerce(key, val, source):
     if key not in _TYPES: raise KeyError(f"unknown setting {key!r} in {source}; known settings: {', '.join(_TYPES)}")
-    try: return _CASTS[_TYPES[key]](val)
+    try: v = _CASTS[_TYPES[key]](val)
     except (TypeError, ValueError) as e: raise ValueError(f"setting {key!r} from {source}: {val!r} is not a {_TYPES[key]}") from e
+    return _check(key, v, source)
 
 # %% ../nbs/01_config.ipynb #f93f74f9
 def read_ini(path:Path|str=SETTINGS, # an ini file with a [coda] section

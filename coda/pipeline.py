@@ -647,15 +647,19 @@ def agent_config(self:Pipeline, executor=None):
 def rollout(self:Pipeline, planner:tuple, tasks:Sequence, run:Path, n:int, stage:str=''):
     "`n` episodes of each task with `planner` = (served name, ModelRef) and the executor, into `run` (resumable)"
     if not tasks or n < 1: return None
-    from coda.rollout import evaluate
+    from functools import partial
+    from coda.rollout import evaluate, ProcessEnvFactory
     from coda.envs.core import make_env
     a, t = self.cfg.agent, self.cfg.tasks
     p = self.servers.chat(planner[1], planner[0], a.workers)
     e = self.servers.chat(self.executor[1], self.executor[0], 4 * a.workers, continue_final=True)
     env, opts = t.env, dict(t.env_opts)
-    return evaluate(list(tasks), lambda: make_env(env, **opts), p, e, run, n=n, workers=a.workers, config=self.agent_config(e), ks=(1,),
-                    progress=self.progress, seed=self.cfg.seed, episode_timeout=a.episode_timeout or None, retries=a.retries,
-                    run_info={'planner': f'{p.model}@{p.base_url}', 'executor': f'{e.model}@{e.base_url}', 'env': env, 'stage': stage})
+    envs = ProcessEnvFactory(partial(make_env, env, **opts))   # one worker process each: a step stuck in C code is killed at the episode timeout
+    try:
+        return evaluate(list(tasks), envs, p, e, run, n=n, workers=a.workers, config=self.agent_config(e), ks=(1,),
+                        progress=self.progress, seed=self.cfg.seed, episode_timeout=a.episode_timeout or None, retries=a.retries,
+                        run_info={'env': env, 'stage': stage})   # evaluate records the models; their URLs may change on a resume
+    finally: envs.shutdown()
 
 @patch
 def judge_runs(self:Pipeline, runs:Sequence, judge)->dict:

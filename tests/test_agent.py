@@ -120,9 +120,11 @@ def eval_cmd(srv, tasks, run, n, workers=2):
 def env_with_fixtures():
     return {**os.environ, 'PYTHONPATH': os.pathsep.join([str(HERE), os.environ.get('PYTHONPATH', '')])}
 
+SERVED = ['planner', 'executor']   # the server lists its models as vLLM does, so `coda eval`'s preflight is one GET /models, no chat request
+
 def test_eval_command_runs_resumes_and_exports(tmp_path):
     tasks, run = write_tasks(tmp_path/'tasks.jsonl', 3), tmp_path/'run'
-    with ScriptedServer(counting_policy(3)) as srv:
+    with ScriptedServer(counting_policy(3), models=SERVED) as srv:
         p = subprocess.run(eval_cmd(srv, tasks, run, 2), capture_output=True, text=True, env=env_with_fixtures(), timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         assert 'Counter' in p.stdout and '100.0' in p.stdout, p.stdout
@@ -142,7 +144,7 @@ def test_eval_seed_reaches_every_request_and_repeats(tmp_path):
     "`coda eval --seed` sends each model request a seed derived from the task, sample and step: two runs send the same ones"
     tasks, seeds = write_tasks(tmp_path/'tasks.jsonl', 2), []
     for i in range(2):
-        with ScriptedServer(counting_policy(3)) as srv:
+        with ScriptedServer(counting_policy(3), models=SERVED) as srv:
             p = subprocess.run(eval_cmd(srv, tasks, tmp_path/f'run{i}', 2) + ['--seed', '7'], capture_output=True, text=True, env=env_with_fixtures(), timeout=300)
             assert p.returncode == 0, p.stderr[-3000:]
             seeds.append(sorted(b['seed'] for b in srv.requests))

@@ -21,3 +21,15 @@ def test_precedence(tmp_path):
     assert get_settings(ini, env={'CODA_PLANNER_MODEL': 'env'}, planner_model='arg').planner_model == 'arg'
     assert get_settings(ini, env={}).screen == (1920, 800)
     assert get_settings(env={'CODA_SETTINGS': str(ini)}).planner_model == 'from-file'
+
+def test_values_outside_the_allowed_ones_are_refused_with_the_allowed_values(tmp_path):
+    "coords = relative and request_timeout = -5 were accepted; now each names the setting, its source and what is allowed"
+    import pytest
+    ini = tmp_path/'s.ini'; ini.write_text('[coda]\ncoords = relative\n')
+    with pytest.raises(ValueError, match=r"coords = 'relative' from .*s\.ini is not allowed; allowed: absolute, relative1000"): get_settings(ini, env={})
+    with pytest.raises(ValueError, match=r'request_timeout = -5\.0 from \$CODA_REQUEST_TIMEOUT is not allowed; allowed: a finite number > 0'):
+        get_settings(env={'CODA_REQUEST_TIMEOUT': '-5'})
+    for bad in (dict(request_timeout=0), dict(request_timeout=float('nan')), dict(screen_width=-1), dict(executor_url='127.0.0.1:8001')):
+        with pytest.raises(ValueError, match='is not allowed'): get_settings(env={}, **bad)
+    with pytest.raises(ValueError, match='below min_pixels'): Settings(min_pixels=1000, max_pixels=10)
+    assert get_settings(env={}, coords='relative1000', request_timeout=0.5).coords == 'relative1000'

@@ -118,6 +118,28 @@ def test_ray_dead_worker_is_a_clear_error(ray_local, tmp_path):
         with pytest.raises(EnvWorkerDied, match='worker process died'): env.step([])
     finally: fac.shutdown()
 
+def test_ray_kills_an_actor_stuck_holding_the_gil_at_the_episode_timeout(ray_local, tmp_path):
+    "the episode times out and its actor is killed at once (before: closing it waited 30 s on the stuck actor, and the run on its thread)"
+    from functools import partial
+    from agent_fixtures import Task, counting_policy
+    from test_hostile_runs import StuckEnv
+    fac = RayEnvFactory(partial(StuckEnv, hold=120))
+    try:
+        t0 = time.time()
+        with ScriptedServer(counting_policy(3)) as srv:
+            async def go():
+                p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
+                try: return await run_episodes([Task('S-01')], fac, Agent(p, e, AgentConfig()), RunStore(tmp_path/'run', {}), progress=False, episode_timeout=10)
+                finally: await p.aclose(); await e.aclose()
+            res = run_sync(go())
+        took = time.time() - t0
+        assert res[0]['status'] == 'timeout' and res[0]['steps'] == 1, res
+        assert took < 35, f'{took:.0f} s: the stuck actor was not killed at the timeout'
+    finally: fac.shutdown()
+    end = time.time() + 10
+    while ray_processes() and time.time() < end: time.sleep(0.2)
+    assert ray_processes() == [], 'the stuck actor was left running'
+
 KAL = [t for t in load_tasks(Path(__file__).parents[1]/'data'/'desktop'/'KAlgebra') if t.id in ('A-04', 'D-03')]
 
 @pytest.mark.xvfb
