@@ -658,7 +658,8 @@ def rollout(self:Pipeline, planner:tuple, tasks:Sequence, run:Path, n:int, stage
     try:
         return evaluate(list(tasks), envs, p, e, run, n=n, workers=a.workers, config=self.agent_config(e), ks=(1,),
                         progress=self.progress, seed=self.cfg.seed, episode_timeout=a.episode_timeout or None, retries=a.retries,
-                        run_info={'env': env, 'stage': stage})   # evaluate records the models; their URLs may change on a resume
+                        run_info={'env': env, 'stage': stage},   # evaluate records the models; their URLs may change on a resume
+                        volatile=('ray', 'planner_url', 'executor_url', 'tasks', 'n'))   # a stage explores train and generated tasks at different n into one run: pipeline.json guards the config
     finally: envs.shutdown()
 
 @patch
