@@ -1,6 +1,6 @@
 """Fuzz: each scidesk app (Algebra, Biochem, GIS, Astronomy) stepped through `make_env('scidesk')` under random typed
 text (tests/fuzz.nasty_text plus each app's hostile expressions) and random clicks, keys, scrolls and drags; and the
-checker language on random expressions over random values. Seeded, bounded (about 10 s in all); the counts are
+checker language on random expressions over random values. Seeded, bounded (about 30 s in all); the counts are
 printed at the end of the run. A step must never raise or take over a second; `check` raises only CheckError."""
 import itertools
 import pytest
@@ -8,6 +8,8 @@ from fuzz import fuzz, nasty_text, rng
 from coda.actions import Action
 from coda.envs.core import make_env
 from coda.envs.scidesk import scidesk_tasks, W, H
+
+STEPS_PER_APP, CHECKS = 3000, 20_000   # inputs per app, checker expressions
 
 HOSTILE = {   # the adversarial review's reproducers and their relatives, per app
     'Algebra': ['((9^999)^999)^99', '10^400', 'factorial(200)', '+'.join(['1'] * 3000), '*'.join(['9'] * 2000), '(' * 300 + '1' + ')' * 300,
@@ -66,8 +68,8 @@ def step(x):
 
 @pytest.mark.parametrize('app', ['Algebra', 'Biochem', 'GIS', 'Astronomy'])
 def test_fuzz_app_steps(app):
-    c = fuzz(f'scidesk {app} steps', itertools.islice(episodes(app, seed=7), 600), step, limit_s=1.0)
-    assert c.inputs == 600
+    c = fuzz(f'scidesk {app} steps', itertools.islice(episodes(app, seed=7), STEPS_PER_APP), step, limit_s=1.0)
+    assert c.inputs == STEPS_PER_APP
     c.assert_clean()
 
 # ---- the checker language
@@ -108,6 +110,6 @@ def test_fuzz_checker_language():
         expr, dump = x
         validate(expr)
         check(expr, dump)
-    inputs = [(e, dumps[2]) for e in hostile] + [(random_expr(r), r.choice(dumps)) for _ in range(5000)]
+    inputs = [(e, dumps[2]) for e in hostile] + [(random_expr(r), r.choice(dumps)) for _ in range(CHECKS)]
     c = fuzz('checker language', inputs, one, limit_s=1.0, expected=(CheckError,))
     c.assert_clean()
