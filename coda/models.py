@@ -6,7 +6,7 @@
 __all__ = ['log', 'MAX_RESPONSE_BYTES', 'MAX_RETRY_WAIT', 'QWEN_SPECIAL', 'QWEN25VL_CHAT_TEMPLATE', 'PAPER_SERVERS', 'Reply',
            'ModelError', 'image_part', 'to_openai_messages', 'ChatBackend', 'OpenAIChat', 'preflight', 'preflight_sync',
            'patch_qwen_vl_processors_without_video', 'domain_tokenizer', 'build_tiny_qwen25vl', 'LocalChat',
-           'free_port', 'log_tail', 'serve_transformers', 'VLLMServer', 'vllm_commands']
+           'free_port', 'die_with_parent', 'log_tail', 'serve_transformers', 'VLLMServer', 'vllm_commands']
 
 # %% ../nbs/04_models.ipynb #11bd7c29
 import asyncio, base64, importlib, io, json, logging, math, os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time, weakref
@@ -586,6 +586,14 @@ def free_port(host:str='127.0.0.1')->int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+def die_with_parent(sig:int=15, # the signal the child gets (SIGTERM; SIGKILL where no clean-up is wanted)
+                   ):
+    "In a child process (as `preexec_fn`, or first thing in its body): end it when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)"
+    try:
+        import ctypes
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, int(sig))
+    except Exception: pass
 
 def log_tail(path:Path, n:int=3000)->str:
     "The last `n` bytes of a log file as text ('' when it cannot be read), for error messages"

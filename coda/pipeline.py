@@ -19,8 +19,7 @@ import yaml
 from .paths import from_root, PARAMS
 from fastcore.basics import patch
 from .store import RunStore, _atomic_write
-from .serve import die_with_parent
-from .models import free_port, log_tail
+from .models import free_port, log_tail, die_with_parent
 
 # %% ../nbs/17_pipeline.ipynb #22124841
 @dataclass

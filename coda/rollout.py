@@ -210,19 +210,13 @@ class RayEnvFactory:
 # %% ../nbs/10_rollout.ipynb #3ad02e31
 import multiprocessing, pickle, signal, sys, threading, weakref
 from concurrent.futures import ThreadPoolExecutor
+from .models import die_with_parent
 
 _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix='coda-env-spawner')  # its one thread lives as long as this process
 
 def _start(proc):
     "Start `proc` from a thread that lives as long as this process: Linux's parent-death signal fires when the *thread* that started a child ends"
     _SPAWNER.submit(proc.start).result()
-
-def _die_with_parent():
-    "Linux: the kernel kills this process when its parent dies, so a SIGKILLed `coda eval` leaves no environment behind"
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except Exception: pass
 
 def _portable(e:BaseException)->BaseException:
     "`e` if it survives pickling (to be raised again in the parent), else a RuntimeError with its type and message"
@@ -231,7 +225,7 @@ def _portable(e:BaseException)->BaseException:
 
 def _serve_env(factory, conn):
     "The body of an environment's worker process: build the environment, then answer (method, args) on `conn` until 'close'"
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)                              # a SIGKILLed `coda eval` leaves no environment behind
     signal.signal(signal.SIGINT, signal.SIG_IGN)                 # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))        # `kill`: close the environment on the way out if Python gets the chance
     env = None

@@ -5,8 +5,7 @@
 # %% auto #0
 __all__ = ['SAMPLING', 'SPEC_KEYS', 'load_object', 'Codec', 'load_codec', 'CodecChat', 'check_spec', 'load_backend',
            'RequestError', 'error_body', 'data_url_bytes', 'parse_chat_request', 'completion_body', 'ServedModels',
-           'make_app', 'parse_model_arg', 'add_serve_local_args', 'run_serve_local', 'main', 'die_with_parent',
-           'LocalServer']
+           'make_app', 'parse_model_arg', 'add_serve_local_args', 'run_serve_local', 'main', 'LocalServer']
 
 # %% ../nbs/04b_serve.ipynb #49fd145e
 import argparse, asyncio, base64, binascii, dataclasses, importlib, inspect, io, json, logging, os, shutil, socket, subprocess, sys, tempfile, time, uuid
@@ -16,7 +15,7 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 import httpx
 from fastcore.basics import patch_to
-from .models import ChatBackend, LocalChat, Reply, patch_qwen_vl_processors_without_video, free_port, log_tail
+from .models import ChatBackend, LocalChat, Reply, patch_qwen_vl_processors_without_video, free_port, log_tail, die_with_parent
 
 _log = logging.getLogger('coda.serve')
 
@@ -327,14 +326,6 @@ def main(argv:list|None=None): # the arguments (default: sys.argv[1:])
     "`python -m coda.serve`"
     p = argparse.ArgumentParser(prog='python -m coda.serve', description="coda's OpenAI-compatible server for local chat backends")
     run_serve_local(add_serve_local_args(p).parse_args(argv))
-
-# %% ../nbs/04b_serve.ipynb #e0ba7e0c
-def die_with_parent():
-    "In a child process (as `preexec_fn`): end it when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)"
-    try:
-        import ctypes, signal
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)
-    except Exception: pass
 
 # %% ../nbs/04b_serve.ipynb #3b6a27df
 class LocalServer:
