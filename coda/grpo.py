@@ -156,10 +156,18 @@ class DecoupledReward:
         return list(await asyncio.gather(*(self.score(t, e, s, g) for t, e, s, g in zip(texts, episode, step, golds))))
 
     def __call__(self, prompts=None, completions=None, episode=None, step=None, gold=None, **kw)->list:
-        from coda.agent import run_sync
-        r = run_sync(self.ascore(completions, episode, step, gold))
+        "TRL's call, from sync code: the batch's rewards, on the process's background loop (its connections kept between calls)"
+        from coda.models import background_loop
+        r = background_loop().run(self.ascore(completions, episode, step, gold))
         self.history.append(r)
         return r
+
+    def close(self):
+        "Close the executor's connections on the background loop (a later call opens new ones)"
+        from coda.models import background_loop
+        if hasattr(self.executor, 'aclose') and (lt := background_loop(start=False)) is not None: lt.run(self.executor.aclose())
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
 
 # %% ../nbs/14_grpo.ipynb #35dcabe9
 def group_advantages(rewards, # (B,) rewards, B = groups x G, each group's G completions adjacent
@@ -409,8 +417,9 @@ def run_grpo_command(a):
     ex = OpenAIChat.from_settings('executor', s, max_concurrency=opts['executor_concurrency'])
     reward = DecoupledReward(ex, screen=a.screen or s.screen, coords=s.coords, continue_final=not opts['no_continue'],
                              point_scale=opts['point_scale'], codec=codec)
-    tr = train_grpo(encode_grpo_dataset(ds, codec), a.model, reward, out, preset=opts['preset'], lora=opts['lora'], resume=a.resume,
-                    freeze_vision=opts['freeze_vision'], **kw)
+    with reward:   # the executor's connections closed when training ends, or fails
+        tr = train_grpo(encode_grpo_dataset(ds, codec), a.model, reward, out, preset=opts['preset'], lora=opts['lora'], resume=a.resume,
+                        freeze_vision=opts['freeze_vision'], **kw)
     if tr.is_world_process_zero():
         what = 'adapter' if opts['lora'] else 'model'
         print(f"done: {tr.state.global_step} steps; {what} in {out/'final'}, curves in {out/'log.csv'} and {out/'reward.png'}", flush=True)

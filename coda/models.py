@@ -4,12 +4,13 @@
 
 # %% auto #0
 __all__ = ['log', 'MAX_RESPONSE_BYTES', 'MAX_RETRY_WAIT', 'QWEN_SPECIAL', 'QWEN25VL_CHAT_TEMPLATE', 'PAPER_SERVERS', 'Reply',
-           'ModelError', 'image_part', 'to_openai_messages', 'ChatBackend', 'OpenAIChat', 'preflight', 'preflight_sync',
-           'patch_qwen_vl_processors_without_video', 'domain_tokenizer', 'build_tiny_qwen25vl', 'LocalChat',
-           'free_port', 'die_with_parent', 'log_tail', 'serve_transformers', 'VLLMServer', 'vllm_commands']
+           'ModelError', 'image_part', 'to_openai_messages', 'ChatBackend', 'OpenAIChat', 'LoopThread',
+           'background_loop', 'preflight', 'preflight_sync', 'patch_qwen_vl_processors_without_video',
+           'domain_tokenizer', 'build_tiny_qwen25vl', 'LocalChat', 'free_port', 'die_with_parent', 'log_tail',
+           'serve_transformers', 'VLLMServer', 'vllm_commands']
 
 # %% ../nbs/04_models.ipynb #11bd7c29
-import asyncio, base64, importlib, io, json, logging, math, os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time, weakref
+import asyncio, atexit, base64, functools, importlib, io, json, logging, math, os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time, weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -45,9 +46,9 @@ class ModelError(RuntimeError):
 _PNG = b'\x89PNG\r\n\x1a\n'
 
 def _png_bytes(img)->bytes:
-    "PNG bytes of a PIL image, PNG bytes (unchanged) or other image bytes (re-encoded)"
+    "PNG bytes of a PIL image, PNG bytes (unchanged, a `PNG` kept as it is) or other image bytes (re-encoded)"
     if isinstance(img, (bytes, bytearray, memoryview)):
-        img = bytes(img)
+        if not isinstance(img, bytes): img = bytes(img)
         if img.startswith(_PNG): return img
         from PIL import Image
         img = Image.open(io.BytesIO(img))
@@ -60,6 +61,8 @@ _URLS = OrderedDict()  # id(png bytes) -> (the bytes, their data URL); the entry
 def image_part(img, # a PIL image or PNG bytes (other image bytes are re-encoded)
               )->dict: # an OpenAI `image_url` content part holding a base64 PNG data URL
     "An OpenAI `image_url` part with `img` as a base64 PNG data URL"
+    from coda.envs.core import PNG
+    if isinstance(img, PNG): return {'type': 'image_url', 'image_url': {'url': img.data_url}}   # built once per frame, kept with it
     if isinstance(img, bytes):  # the agent sends each screenshot ~4 times (2 steps x 2 models): encode it once
         hit = _URLS.get(id(img))
         if hit is not None and hit[0] is img: return {'type': 'image_url', 'image_url': {'url': hit[1]}}
@@ -163,6 +166,20 @@ def _parse_completion(r, allow_empty:bool=False)->tuple:
     return clean_text(text), _count(u.get('prompt_tokens')), _count(u.get('completion_tokens')), clean_text(model) if isinstance(model, str) else None
 
 # %% ../nbs/04_models.ipynb #02da0a51
+async def _closed_at_shutdown(client,     # an httpx.AsyncClient opened on `loop`
+                              sessions,   # the backend's session map (loop -> session)
+                              loop):      # the loop the client belongs to
+    "An async generator that closes `client` when it is closed: by `aclose`, or by its loop's shutdown"
+    try: yield
+    finally:
+        if (s := sessions.get(loop)) is not None and s[0] is client: del sessions[loop]
+        await client.aclose()
+
+@functools.cache
+def _tls_context():
+    "One TLS context per process: building one reads the CA bundle (40-65 ms on the event loop), and each new client would"
+    return httpx.create_ssl_context()
+
 class OpenAIChat:
     "Chat with an OpenAI-compatible server (vLLM, `transformers serve`, a provider): retries, timeout, concurrency limit"
     def __init__(self, base_url:str,          # the server's base URL, e.g. 'http://127.0.0.1:8000/v1'
@@ -178,7 +195,7 @@ class OpenAIChat:
         self.timeout, self.retries, self.backoff, self.max_concurrency = float(timeout), int(retries), float(backoff), int(max_concurrency)
         self.defaults = dict(defaults or {})
         self.url = self.base_url + '/chat/completions'
-        self._sessions = weakref.WeakKeyDictionary()   # event loop -> (httpx.AsyncClient, asyncio.Semaphore)
+        self._sessions = weakref.WeakKeyDictionary()   # event loop -> (httpx.AsyncClient, asyncio.Semaphore, its closer)
         self.continue_final_supported = _CONTINUE_FINAL.get((self.base_url, model))   # None unknown, True, False
 
     def __repr__(self): return f"OpenAIChat({self.base_url!r}, {self.model!r})"
@@ -202,14 +219,21 @@ class OpenAIChat:
         if continue_final: b.update(continue_final_message=True, add_generation_prompt=False)  # vLLM's fields
         return b
 
-    def _session(self)->tuple:
-        "This event loop's (client, semaphore)"
+    async def _session(self)->tuple:
+        "This event loop's (client, semaphore, closer), opened on first use and closed when the loop shuts down"
         loop = asyncio.get_running_loop()
         if (s := self._sessions.get(loop)) is None:
+            self._forget_closed_loops()
             n = self.max_concurrency
-            s = self._sessions[loop] = (httpx.AsyncClient(timeout=self.timeout, headers={'Authorization': f'Bearer {self.api_key}'},
-                                        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n)), asyncio.Semaphore(n))
+            client = httpx.AsyncClient(timeout=self.timeout, headers={'Authorization': f'Bearer {self.api_key}'}, verify=_tls_context(),
+                                       limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+            s = self._sessions[loop] = (client, asyncio.Semaphore(n), _closed_at_shutdown(client, self._sessions, loop))
+            await anext(s[2])   # started on this loop: the loop's shutdown (`shutdown_asyncgens`) closes it, and the client
         return s
+
+    def _forget_closed_loops(self):
+        "Drop the sessions of loops closed without a shutdown (their sockets close when the clients are collected)"
+        for loop in [l for l in list(self._sessions.keys()) if l.is_closed()]: self._sessions.pop(loop, None)
 
     def _delay(self, attempt:int, after:float|None=None)->float:
         "Seconds to wait before retry `attempt`: backoff with jitter, or `Retry-After`, never over the timeout or `MAX_RETRY_WAIT`"
@@ -256,7 +280,7 @@ class OpenAIChat:
 
     async def _complete(self, body:dict, allow_empty:bool=False)->Reply:
         "POST one body, retrying transient failures; the reply is read to at most `MAX_RESPONSE_BYTES`"
-        client, sem = self._session()
+        client, sem, _ = await self._session()
         for attempt in range(1, self.retries + 2):
             try:
                 async with sem:
@@ -282,10 +306,77 @@ class OpenAIChat:
                 await asyncio.sleep(self._delay(attempt, e.after))
 
     async def aclose(self):
-        "Close this event loop's HTTP connections"
-        if (s := self._sessions.pop(asyncio.get_running_loop(), None)) is not None: await s[0].aclose()
+        "Close this event loop's HTTP connections (a later call opens new ones)"
+        if (s := self._sessions.pop(asyncio.get_running_loop(), None)) is not None: await s[2].aclose()
     async def __aenter__(self): return self
     async def __aexit__(self, *exc): await self.aclose()
+
+# %% ../nbs/04_models.ipynb #b7e1c0a2
+class LoopThread:
+    "An asyncio event loop running forever in a daemon thread, for sync code that calls coroutines again and again"
+    def __init__(self, name:str='coda-loop'): # the thread's name
+        self.loop, self.pid = asyncio.new_event_loop(), os.getpid()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def closed(self)->bool: return self.loop.is_closed() or self.pid != os.getpid() or not self.thread.is_alive()
+
+    def run(self, coro,                   # a coroutine
+            timeout:float|None=None):     # seconds to wait for it; None: no limit
+        "Run `coro` on the loop and wait for its result; an exception, the timeout or Ctrl-C while waiting cancels it"
+        if threading.current_thread() is self.thread:
+            coro.close(); raise RuntimeError("LoopThread.run called on its own loop (it would wait for itself): await the coroutine")
+        if self.closed: coro.close(); raise RuntimeError("this LoopThread is closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try: return fut.result(timeout)
+        except BaseException:
+            fut.cancel(); raise
+
+    async def _shutdown(self):
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks: t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()   # closes every OpenAIChat session opened on this loop
+        await self.loop.shutdown_default_executor()
+
+    def close(self, timeout:float=10.0): # seconds to wait for the shutdown
+        "Cancel what still runs, close every session opened on the loop, stop the thread"
+        if self.loop.is_closed(): return
+        if self.pid == os.getpid() and self.thread.is_alive():
+            try: asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(timeout)
+            except Exception as e: log.warning("background event loop did not shut down cleanly: %r", e)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout)
+        if not self.thread.is_alive() or self.pid != os.getpid(): self.loop.close()
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
+_BACKGROUND = None                    # the shared LoopThread
+_BACKGROUND_LOCK = threading.Lock()
+
+def background_loop(start:bool=True)->LoopThread|None: # False: None unless one is running already
+    "The process's shared `LoopThread`: started on first use (again after a fork or a close), closed at exit"
+    global _BACKGROUND
+    with _BACKGROUND_LOCK:
+        if (_BACKGROUND is None or _BACKGROUND.closed) and start: _BACKGROUND = LoopThread('coda-background-loop')
+        return _BACKGROUND if _BACKGROUND is not None and not _BACKGROUND.closed else None
+
+def _forget_background_loop():
+    "In a forked child: the parent's loop thread did not come along"
+    global _BACKGROUND, _BACKGROUND_LOCK
+    _BACKGROUND, _BACKGROUND_LOCK = None, threading.Lock()
+
+@atexit.register
+def _close_background_loop():
+    if _BACKGROUND is not None and _BACKGROUND.pid == os.getpid(): _BACKGROUND.close(timeout=5)
+
+os.register_at_fork(after_in_child=_forget_background_loop)
 
 # %% ../nbs/04_models.ipynb #12400b6d
 _PING = [{'role': 'user', 'content': 'Say OK.'}]

@@ -5,6 +5,7 @@ scripted (a policy function of the request), which is what tests of the framewor
 concurrency, latency and failures are real, the text is known.
 """
 import json, threading, time
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from PIL import Image, ImageDraw
 from coda.envs.core import Observation, Element
@@ -58,6 +59,19 @@ def counting_policy(target=3):
 
 CONTINUE_FIELDS = ('continue_final_message', 'add_generation_prompt')
 
+class Server(ThreadingHTTPServer):
+    "A threading HTTP server with a realistic listen backlog: the stdlib's 5 overflows when 8 clients connect at once (each overflow a 1 s SYN retry)"
+    request_queue_size = 1024
+    daemon_threads = True
+
+def send_once(handler, code:int, data:bytes, headers:dict|None=None):
+    """Answer with the status line, the headers and the body in ONE write: written apart, the body waits behind
+    Nagle's algorithm for the client's delayed ACK of the headers, about 40 ms on every request"""
+    head = [f'{handler.protocol_version} {code} {HTTPStatus(code).phrase}', f'Content-Length: {len(data)}',
+            *(f'{k}: {v}' for k, v in {'Content-Type': 'application/json', **(headers or {})}.items())]
+    handler.wfile.write(('\r\n'.join(head) + '\r\n\r\n').encode('latin-1') + data)
+    handler.log_request(code)
+
 class ScriptedServer:
     """A real OpenAI-compatible chat server on 127.0.0.1 whose replies come from `policy(request_body) -> str`.
     `models`: the names GET /models lists; a request for another model then gets vLLM's 404 (default: lists nothing,
@@ -90,12 +104,8 @@ class ScriptedServer:
                 self._send(200, {'id': 'x', 'object': 'chat.completion', 'created': int(time.time()), 'model': body['model'],
                                  'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': text}, 'finish_reason': 'stop'}],
                                  'usage': {'prompt_tokens': 100, 'completion_tokens': len(text.split()), 'total_tokens': 100 + len(text.split())}})
-            def _send(self, code, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(code); self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(data))); self.end_headers()
-                self.wfile.write(data)
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), H)
-        self.httpd.daemon_threads = True
+            def _send(self, code, obj): send_once(self, code, json.dumps(obj).encode())
+        self.httpd = Server(('127.0.0.1', 0), H)
         self.httpd.handle_error = lambda request, address: None   # clients killed mid-request are expected here
         self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
     def __enter__(self):

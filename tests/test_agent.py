@@ -103,6 +103,29 @@ def test_a11y_observation_sends_text_only():
     txt = body['messages'][-1]['content'][0]['text']
     assert txt.startswith('Given the info from accessibility tree as below:\n[label] count = 0') and 'image_url' not in json.dumps(body)
 
+def test_steps_say_where_their_time_went():
+    "the records gave model and environment seconds only: the screenshot's encoding (inside env_s) and the wait for the disk were invisible"
+    res, steps, *_ = run_episode(counting_policy(3))
+    assert res['score'] == 1.0 and len(steps) == 4
+    assert all(isinstance(s['encode_s'], float) and 0 < s['encode_s'] <= s['env_s'] for s in steps), [(s.get('encode_s'), s['env_s']) for s in steps]
+    assert all(s['store_s'] == 0.0 for s in steps)          # a store that writes at once: nothing to wait for
+
+def test_the_agent_runs_at_most_one_step_ahead_of_its_store():
+    "an on_step that returns its write under way: the agent goes on, and awaits it before handing over the next step"
+    disk, handed = [], []
+    async def write(rec):
+        await asyncio.sleep(0.3); disk.append(rec['step'])
+    def on_step(rec, png): handed.append((rec['step'], list(disk), rec['store_s'])); return write(rec)
+    with ScriptedServer(counting_policy(3)) as srv:
+        async def go():
+            p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
+            try: return await Agent(p, e, AgentConfig()).run(CounterEnv(), Task(), on_step=on_step)
+            finally: await p.aclose(); await e.aclose()
+        res = run_sync(go())
+    assert res['score'] == 1.0 and disk == [0, 1, 2, 3]                                     # the last write too, before it returned
+    assert [(k, d) for k, d, _ in handed] == [(0, []), (1, [0]), (2, [0, 1]), (3, [0, 1, 2])]
+    assert handed[0][2] == 0.0 and any(w > 0 for *_, w in handed[1:])                       # the waits are recorded
+
 # ---------------------------------------------------------------- coda eval, the store's exports, kills
 
 def write_tasks(path, n_tasks):

@@ -6,9 +6,10 @@ within a per-input time limit; `split_reply` likewise. The client's `_parse_comp
 completion or raise its own `_Retry`, whatever the body; the real client over HTTP must answer or raise
 `ModelError`, nothing else."""
 import asyncio, json, math, random, threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 import httpx
 from fuzz import fuzz, nasty_text, rng
+from agent_fixtures import Server, send_once
 from uitars_ref import load_corpus
 from test_properties import TOKENS
 from coda import actions
@@ -126,9 +127,8 @@ class BodyServer:
             def log_message(self, *a): pass
             def do_POST(self):
                 self.rfile.read(int(self.headers['Content-Length']))
-                self.send_response(200); self.send_header('Content-Length', str(len(srv.body))); self.end_headers()
-                self.wfile.write(srv.body)
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), H); self.httpd.daemon_threads = True
+                send_once(self, 200, srv.body)
+        self.httpd = Server(('127.0.0.1', 0), H)
         self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
         threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
     def close(self): self.httpd.shutdown(); self.httpd.server_close()

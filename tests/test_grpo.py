@@ -69,6 +69,44 @@ def test_dataset_and_replayed_prompt(run):
     assert [m['role'] for m in pm] == ['system', 'user', 'assistant', 'user']
     assert pm[2]['content'][0]['text'].endswith("click(start_box='<|box_start|>(458,758)<|box_end|>')")
 
+def open_fds()->int: return len(os.listdir('/proc/self/fd'))
+
+def reward_batch(ds, G:int)->dict:
+    "TRL's keyword arguments for one state's G completions (each a different thought)"
+    row = ds.select_columns(['episode', 'gold'])[0]   # without decoding the row's images
+    return dict(completions=[[{'role': 'assistant', 'content': f'Thought: click the field, variant {i}\nAction: click'}] for i in range(G)],
+                episode=[row['episode']] * G, step=[0] * G, gold=[row['gold']] * G)
+
+def test_a_thousand_reward_calls_leave_the_descriptors_flat(run):
+    "TRL calls the reward from sync code once per batch: one loop and one client serve every call, no socket left behind"
+    ds, G = build_grpo_dataset(run, 'j'), 2
+    with ScriptedServer(grounding_executor) as srv:
+        ex = OpenAIChat(srv.url, 'executor', max_concurrency=G)
+        rw = DecoupledReward(ex)
+        batch = reward_batch(ds, G)
+        for _ in range(20): rw(**batch)   # warm: the connections are open
+        client, before = next(iter(ex._sessions.values()))[0], open_fds()
+        for _ in range(1000): assert len(rw(**batch)) == G
+        after = open_fds()
+        assert rw.failures == 0 and len(srv.requests) == 1020 * G
+        assert after <= before + 2, f"{after - before} descriptors more after 1,000 reward calls"
+        assert len(ex._sessions) == 1 and next(iter(ex._sessions.values()))[0] is client   # no client set up per call
+        rw.close()
+
+def test_closing_the_reward_closes_its_connections(run):
+    ds, G = build_grpo_dataset(run, 'j'), 4
+    with ScriptedServer(grounding_executor) as srv:
+        base = open_fds()
+        with DecoupledReward(OpenAIChat(srv.url, 'executor', max_concurrency=G)) as rw:
+            rw(**reward_batch(ds, G))
+            assert open_fds() >= base + G   # G keep-alive connections (both ends in this process)
+            client = next(iter(rw.executor._sessions.values()))[0]
+        assert client.is_closed and not rw.executor._sessions
+        end = time.monotonic() + 3
+        while open_fds() > base and time.monotonic() < end: time.sleep(0.01)   # the server's ends close a moment later
+        assert open_fds() <= base
+        assert rw(**reward_batch(ds, 1)) and rw.failures == 0   # called again: new connections
+
 def test_one_grpo_step_calls_the_executor_over_http_and_trains_only_the_planner(run, planner, tmp_path):
     ds = build_grpo_dataset(run, 'j')
     before = weights(load_planner(planner)[0])

@@ -4,14 +4,14 @@ sampling), and a scripted HTTP server on 127.0.0.1 for every failure the client 
 (dropped connections, 5xx, 429, malformed JSON, 4xx, hangs) and for its concurrency limit.
 
 Replies of the random model are noise: the tests assert on shapes, token counts and protocol, never on the text."""
-import asyncio, base64, io, json, socket, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import asyncio, base64, io, json, os, re, socket, threading, time
+from http.server import BaseHTTPRequestHandler
 import pytest
 from PIL import Image
 from coda.config import get_settings
 from coda.models import (LocalChat, ModelError, OpenAIChat, Reply, ChatBackend, build_tiny_qwen25vl, image_part,
                          preflight, preflight_sync, serve_transformers, to_openai_messages)
-from agent_fixtures import ScriptedServer
+from agent_fixtures import ScriptedServer, Server, send_once
 
 from agent_fixtures import IMG_TOKENS, SHOT, TEXT, IMAGE, PREFIX, CONT   # the chat requests both model tests send
 
@@ -66,10 +66,8 @@ class Scripted:
                 elif act == 'malformed': code, data = 200, json.dumps(OK).encode()[:40]
                 elif act == 'nochoices': code, data = 200, b'{"object": "error", "message": "upstream reset"}'
                 else: code, data = act, json.dumps({'error': {'message': f'scripted {act}', 'code': act}}).encode()
-                self.send_response(code)
-                for k, v in {'Content-Type': 'application/json', 'Content-Length': str(len(data)), **hdr}.items(): self.send_header(k, v)
-                self.end_headers(); self.wfile.write(data)
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), H); self.httpd.daemon_threads = True
+                send_once(self, code, data, hdr)
+        self.httpd = Server(('127.0.0.1', 0), H)
         self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
     def __enter__(self):
         threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start(); return self
@@ -162,6 +160,115 @@ def test_concurrency_limit():
     assert len(rs) == 6 and s.max_inflight == 2 and dt >= 0.6     # three waves of two
     with Scripted(('sleep', 0.2)) as s: asyncio.run(burst(OpenAIChat(s.url, 'm', max_concurrency=6)))
     assert s.max_inflight > 2                                       # the limit, not the server, was the bound
+
+# ------------------------------------------------------------------ sessions, loops and descriptors
+
+def open_fds()->int: return len(os.listdir('/proc/self/fd'))
+
+def settles(want, within=3.0)->bool:
+    "Whether `want()` holds within `within` seconds (the server side of a closed connection closes a moment later)"
+    end = time.monotonic() + within
+    while not want():
+        if time.monotonic() > end: return False
+        time.sleep(0.01)
+    return True
+
+def test_each_asyncio_run_closes_its_session_and_its_sockets():
+    with ScriptedServer(lambda body: 'ok') as s:
+        llm = OpenAIChat(s.url, 'm')
+        asyncio.run(llm.chat(TEXT))
+        before = open_fds()
+        for _ in range(100): assert asyncio.run(llm.chat(TEXT)).text == 'ok'
+        assert len(llm._sessions) == 0                       # each loop's shutdown closed its client
+        assert settles(lambda: open_fds() <= before + 2), (before, open_fds())   # was: 2 more descriptors per call
+
+def test_a_loop_closed_without_a_shutdown_is_forgotten():
+    with ScriptedServer(lambda body: 'ok') as s:
+        llm = OpenAIChat(s.url, 'm')
+        for _ in range(5):
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(llm.chat(TEXT)); loop.close()   # no shutdown_asyncgens: the session stays behind
+        assert len(llm._sessions) == 1                              # ... but only the last loop's, not one per loop
+
+def test_loop_thread_keeps_one_session_and_closes_it():
+    from coda.models import LoopThread
+    with ScriptedServer(lambda body: 'ok') as s:
+        llm = OpenAIChat(s.url, 'm', max_concurrency=4)
+        lt = LoopThread()
+        async def burst(n): return await asyncio.gather(*(llm.chat(TEXT) for _ in range(n)))
+        lt.run(burst(4))
+        client = next(iter(llm._sessions.values()))[0]
+        before = open_fds()
+        for _ in range(50): assert [r.text for r in lt.run(burst(4))] == ['ok'] * 4
+        assert next(iter(llm._sessions.values()))[0] is client and open_fds() <= before + 1   # the same keep-alive connections
+        lt.close()
+        assert client.is_closed and not llm._sessions and not lt.thread.is_alive()
+        assert settles(lambda: open_fds() <= before - 4), (before, open_fds())   # its 4 connections, both ends, are gone
+        with pytest.raises(RuntimeError, match='closed'): lt.run(burst(1))
+
+def test_ctrl_c_while_waiting_on_the_loop_thread_cancels_the_coroutine():
+    import signal
+    from coda.models import LoopThread
+    cancelled = threading.Event()
+    async def long():
+        try: await asyncio.sleep(30)
+        except asyncio.CancelledError: cancelled.set(); raise
+    def interrupt(*a): raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with LoopThread() as lt:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            t = time.monotonic()
+            with pytest.raises(KeyboardInterrupt): lt.run(long())
+            assert time.monotonic() - t < 5 and cancelled.wait(2)
+            assert lt.run(asyncio.sleep(0, 'still usable')) == 'still usable'
+    finally: signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
+
+def test_background_loop_is_one_per_process_and_started_again_after_close():
+    from coda.models import background_loop
+    a = background_loop()
+    assert background_loop() is a and a.thread.daemon and background_loop(start=False) is a
+    async def where(): return threading.current_thread().name
+    assert a.run(where()) == 'coda-background-loop'
+    a.close()
+    assert background_loop(start=False) is None
+    b = background_loop()
+    assert b is not a and b.run(where()) == 'coda-background-loop'
+
+# ------------------------------------------------------------------ the test servers themselves
+
+def raw_requests(url:str, n:int)->list:
+    "Send n chat requests over one keep-alive connection; what the first recv of each answer returned"
+    host, port = url.split('//')[1].split('/')[0].split(':')
+    body = json.dumps({'model': 'm', 'messages': TEXT}).encode()
+    req = (f'POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n'
+           f'Content-Length: {len(body)}\r\n\r\n').encode() + body
+    firsts = []
+    with socket.create_connection((host, int(port)), timeout=5) as c:
+        for _ in range(n):
+            c.sendall(req)
+            first = c.recv(1 << 20); firsts.append(first)
+            head, _, got = first.partition(b'\r\n\r\n')
+            size = int(re.search(rb'content-length: *(\d+)', head, re.I).group(1))
+            while len(got) < size: got += c.recv(1 << 20)   # read the rest, if the answer came in pieces
+    return firsts
+
+def test_the_scripted_server_answers_in_one_write():
+    "Headers and body written apart make the body wait for the client's delayed ACK (about 40 ms a request)"
+    with ScriptedServer(lambda body: 'ok') as s:
+        firsts = raw_requests(s.url, 20)
+    for f in firsts:
+        head, _, body = f.partition(b'\r\n\r\n')
+        assert head.startswith(b'HTTP/1.1 200') and json.loads(body)['choices'][0]['message']['content'] == 'ok'
+
+@pytest.mark.parametrize('server', [lambda: ScriptedServer(lambda body: 'ok'), lambda: Scripted('ok')], ids=['ScriptedServer', 'Scripted'])
+def test_the_test_servers_take_a_burst_of_connections(server):
+    "The stdlib's listen backlog of 5 drops the SYNs of a burst of 8+ clients: each dropped one connects 1 s later"
+    srv = server()   # listening, not yet accepting: the backlog alone holds the burst
+    try:
+        conns = [socket.create_connection(srv.httpd.server_address, timeout=0.5) for _ in range(32)]
+        for c in conns: c.close()
+    finally: srv.httpd.server_close()
 
 def test_from_settings():
     s = get_settings(env={}, judge_url='http://gpu3:8002/v1', judge_model='judge-7b', api_key='k', request_timeout=30)

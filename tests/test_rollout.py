@@ -158,3 +158,74 @@ def test_real_desktops_in_parallel(backend, tmp_path, request):
     end = time.time() + 20
     while desktop_processes() and time.time() < end: time.sleep(0.2)
     assert desktop_processes() == []
+
+def within(seconds, fn):
+    "fn() run in a thread: its result, or its exception raised here; fails the test when fn is still running after `seconds` (it hung)"
+    import threading
+    out = {}
+    def go():
+        try: out['value'] = fn()
+        except BaseException as e: out['error'] = e
+    t = threading.Thread(target=go, daemon=True); t.start(); t.join(seconds)
+    assert not t.is_alive(), f'still running after {seconds} s: it hangs'
+    if 'error' in out: raise out['error']
+    return out['value']
+
+class Starting:
+    "A make_env with start(n), as RayEnvFactory has: records the order of start and make calls"
+    def __init__(self): self.calls = []
+    def start(self, n): self.calls.append(('start', n))
+    def __call__(self): self.calls.append(('make',)); return SciDesk()
+
+def test_run_episodes_starts_the_factory_before_the_first_episode(tmp_path):
+    fac = Starting()
+    res = run(ALG, fac, 1, 3, tmp_path/'run')
+    assert [r['score'] for r in res] == [1.0] * 4 and fac.calls[0] == ('start', 3) and fac.calls[1:] == [('make',)] * 3, fac.calls
+    fac.calls.clear()
+    run(ALG[:2], fac, 1, 8, tmp_path/'run2')                        # no more workers than episodes
+    assert fac.calls[0] == ('start', 2), fac.calls
+    fac.calls.clear()
+    assert run(ALG, fac, 1, 3, tmp_path/'run') == [] and fac.calls == []   # nothing left to run: nothing started
+
+def test_ray_refuses_more_actors_than_the_cluster_holds_before_any_episode(ray_local, tmp_path):
+    """9 workers at the default 0.25 CPU on a 2-CPU Ray: a clear error at once, naming what was asked and what is there (before: the 9th worker's
+    episode waited, silently, until another worker had no work left and freed its actor; forever if none ever did)"""
+    fac = RayEnvFactory(SciDesk)
+    try:
+        with pytest.raises(RuntimeError, match=r'9 environment actors asking 0\.25 CPU each do not fit .* 2 CPU in all, room for 8') as e:
+            within(60, lambda: run(ALG, fac, 3, 9, tmp_path/'run'))
+        assert type(e.value).__name__ == 'RayCapacityError'
+        assert fac.actors == [] and RunStore(tmp_path/'run').records() == []   # refused before any actor or episode
+    finally: fac.shutdown()
+
+def test_ray_refuses_a_resource_no_node_has(ray_local):
+    "an actor asking for a custom resource the cluster lacks is an error when it is made (before: its first call never returned)"
+    fac = RayEnvFactory(SciDesk, resources={'gui_env': 1})
+    try:
+        with pytest.raises(RuntimeError, match=r'asking 0\.25 CPU, 1 gui_env each .* 0 gui_env in all, room for 0'):
+            within(30, lambda: fac().pid())
+    finally: fac.shutdown()
+
+def test_ray_start_gives_up_on_actors_that_cannot_be_placed(ray_local):
+    "the cluster holds them, but other actors hold its CPUs: start waits start_timeout, then says what is free (before: it waited forever)"
+    busy, fac = RayEnvFactory(SciDesk, num_cpus=1), RayEnvFactory(SciDesk, num_cpus=1)
+    fac.start_timeout = 3
+    try:
+        busy.start(2)
+        with pytest.raises(RuntimeError, match=r'1 of 1 environment actors .* not running after 3 s; free in the cluster now: 0 CPU'):
+            within(60, lambda: fac.start(1) if hasattr(fac, 'start') else fac().pid())
+        assert fac.ready == []
+    finally: fac.shutdown(); busy.shutdown()
+
+def test_ray_start_prestarts_warm_actors_that_the_episodes_use(ray_local, tmp_path):
+    fac = RayEnvFactory(SciDesk)
+    try:
+        fac.start(3)
+        pids = [e.pid() for e in fac.ready]
+        assert len(fac.actors) == 3 and len(set(pids)) == 3 and all(Path(f'/proc/{p}').exists() for p in pids)
+        fac.start(2)                                                   # already started: nothing more
+        assert len(fac.actors) == 3
+        res = run(ALG, fac, 1, 3, tmp_path/'run')
+        assert sorted(r['score'] for r in res) == [1.0] * 4
+        assert len(fac.actors) == 3 and fac.ready == [], 'the episodes ran on the started actors, no others'
+    finally: fac.shutdown()

@@ -1,10 +1,10 @@
 """Run folders that nothing damaged can break: ids mapped injectively to folder names and nothing written or
 deleted outside the run, a damaged file costing only its own episode (skipped with a warning naming it, run again
 on resume), records that can always be written (lone surrogates), and a resume with other settings refused."""
-import dataclasses, json, os, warnings
+import asyncio, dataclasses, json, os, signal, subprocess, sys, time, warnings
 from pathlib import Path
 import pytest
-from agent_fixtures import ScriptedServer
+from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.models import OpenAIChat
@@ -208,3 +208,115 @@ def test_colliding_ids_both_run_through_run_episodes(tmp_path):
         assert len(res) == 2 and run_sync(go()) == []
     recs = RunStore(tmp_path/'run').records()
     assert sorted((r['task'], r['score']) for r in recs) == [('A 01', 1.0), ('A_01', 1.0)]
+
+# ------------------------------------------------------------------ writes off the event loop
+SLOW = 0.25   # seconds an fsync takes on the busy disk of these tests
+
+def slow_fsync(monkeypatch, seconds=SLOW, fail=lambda path: False):
+    "os.fsync taking `seconds`, raising EIO for the files `fail(path)` picks"
+    real = os.fsync
+    def fsync(fd):
+        if fail(os.readlink(f'/proc/self/fd/{fd}')): raise OSError(5, 'Input/output error')
+        time.sleep(seconds); real(fd)
+    monkeypatch.setattr(os, 'fsync', fsync)
+
+def rollout(root, tasks, target=3, during=None):
+    "run_episodes of the counter app against the scripted server, 2 at a time: (results, what `during(the run)` gave, run alongside)"
+    with ScriptedServer(counting_policy(target)) as srv:
+        async def go():
+            p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
+            try:
+                run = asyncio.ensure_future(run_episodes(tasks, lambda: CounterEnv(target=target), Agent(p, e, AgentConfig()), RunStore(root, {}), workers=2, progress=False))
+                side = await during(run) if during else None
+                return await run, side
+            finally: await p.aclose(); await e.aclose()
+        return run_sync(go())
+
+async def longest_stall(run)->float:
+    "The longest time the event loop took to wake this coroutine (asleep 10 ms at a time) until `run` is over"
+    gap, t = 0.0, time.perf_counter()
+    while not run.done():
+        await asyncio.sleep(0.01)
+        now = time.perf_counter(); gap, t = max(gap, now - t), now
+    return gap
+
+def test_a_slow_disk_does_not_stall_the_event_loop(tmp_path, monkeypatch):
+    "every fsync ran on the event loop: with a disk taking 0.25 s per fsync, every other episode stood still for each one"
+    slow_fsync(monkeypatch)
+    res, stall = rollout(tmp_path/'run', [Task('C-01'), Task('C-02')], during=longest_stall)
+    assert sorted((r['task'], r['score']) for r in res) == [('C-01', 1.0), ('C-02', 1.0)]
+    assert stall < 0.8 * SLOW, f'the event loop stood still for {stall:.2f} s while the disk worked'
+    st = RunStore(tmp_path/'run')
+    for t in ('C-01', 'C-02'):
+        d = st.episode_dir('Counter', t, 0)
+        assert [s['step'] for s in read_jsonl(d/'steps.jsonl')] == [0, 1, 2, 3] and (d/'final.png').exists()
+        assert all((d/f'step_{i:03d}.png').read_bytes().startswith(b'\x89PNG') for i in range(4))
+
+def test_a_result_handed_over_during_slow_step_writes_lands_after_them(tmp_path, monkeypatch):
+    "the writes of one episode run in the order they were handed over, whichever writer thread takes them"
+    slow_fsync(monkeypatch, 0.05)
+    st = RunStore(tmp_path/'run', {}); w = st.start('Algebra', 'A-01', 0)
+    async def go():
+        writes = [w.add_step_soon({'step': i}, b'\x89PNG') for i in range(4)] + [w.add_final_soon(b'\x89PNG final')]
+        writes.append(w.soon(w.finish, DONE))                                   # none of them awaited yet
+        await asyncio.gather(*writes)
+    run_sync(go())
+    d = st.episode_dir('Algebra', 'A-01', 0)
+    assert st.is_done('Algebra', 'A-01', 0) and [s['step'] for s in read_jsonl(d/'steps.jsonl')] == [0, 1, 2, 3]
+    assert (d/'final.png').read_bytes() == b'\x89PNG final'
+
+def test_a_disk_error_in_the_writer_threads_ends_its_episode_as_an_error(tmp_path, monkeypatch):
+    "a write that fails off the event loop is still reported: its episode ends as an error naming the step, the other one is untouched"
+    slow_fsync(monkeypatch, 0.0, fail=lambda path: '/C-02/' in path and 'step_001' in path)
+    res, _ = rollout(tmp_path/'run', [Task('C-01'), Task('C-02')])
+    by = {r['task']: r for r in res}
+    assert by['C-01']['score'] == 1.0
+    assert by['C-02']['status'] == 'error' and by['C-02']['reason'].startswith('step 1 could not be recorded: OSError'), by['C-02']
+    st = RunStore(tmp_path/'run')
+    assert sorted((r['task'], r['status']) for r in st.records()) == [('C-01', 'done'), ('C-02', 'error')]
+    assert [s['step'] for s in read_jsonl(st.episode_dir('Counter', 'C-02', 0)/'steps.jsonl')] == [0]
+
+KILLED = """
+import asyncio, os, sys, time
+from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
+from coda.agent import Agent, AgentConfig
+from coda.models import OpenAIChat
+from coda.rollout import run_episodes
+from coda.store import RunStore
+real = os.fsync
+def fsync(fd): time.sleep(0.2); real(fd)              # a slow disk: the agent is faster than its writes
+os.fsync = fsync
+class Telling(RunStore):
+    "A store that says on stdout when the agent hands it a step"
+    def start(self, *a, **k):
+        w = super().start(*a, **k)
+        hand = w.add_step_soon
+        def told(rec, png=None):
+            f = hand(rec, png); print('handed', rec['step'], flush=True); return f
+        w.add_step_soon = told
+        return w
+async def go(url):
+    p, e = OpenAIChat(url, 'planner'), OpenAIChat(url, 'executor')
+    await run_episodes([Task('C-01', steps=12)], lambda: CounterEnv(target=9), Agent(p, e, AgentConfig()), Telling(sys.argv[1], {}), workers=1, progress=False)
+with ScriptedServer(counting_policy(9)) as srv: asyncio.run(go(srv.url))
+"""
+
+def test_a_killed_run_loses_at_most_the_steps_in_flight(tmp_path):
+    from PIL import Image
+    "SIGKILL right after the agent hands over step 4 (the disk slower than the agent): steps 0-3 are on disk, whole"
+    import coda
+    (tmp_path/'killed.py').write_text(KILLED)
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(Path(__file__).parent), str(Path(coda.__file__).parents[1])])}
+    proc = subprocess.Popen([sys.executable, str(tmp_path/'killed.py'), str(tmp_path/'run')], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        for line in proc.stdout:
+            if line.strip() == 'handed 4': os.kill(proc.pid, signal.SIGKILL); break
+    finally:
+        if proc.poll() is None: proc.kill()
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, 'the run ended before the agent handed step 4 to the store'
+    d = RunStore(tmp_path/'run').episode_dir('Counter', 'C-01', 0)
+    steps = [s['step'] for s in read_jsonl(d/'steps.jsonl')]
+    assert steps[:4] == [0, 1, 2, 3] and len(steps) <= 5, steps
+    for i in range(4): Image.open(d/f'step_{i:03d}.png').verify()               # whole pictures
+    assert not (d/'result.json').exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 from PIL import Image, ImageChops
 from ..actions import Action, XdotoolBackend, execute, ensure_xauthority
-from .core import Observation, register_env
+from .core import Observation, FrameEncoder, register_env
 from ..tasks import TaskError
 
 # %% ../../nbs/05f_desktop.ipynb #6ead5be9
@@ -622,6 +622,7 @@ class DesktopEnv:
                 ):
         self.size, self.wm, self.quiet, self.settle_timeout, self.apps, self.a11y = tuple(size), wm, settle, settle_timeout, apps, a11y
         self.desktop, self.app, self.task, self.stop, self.answer, self.check_reasons = None, None, None, None, None, []
+        self.encoder = FrameEncoder()   # screenshots' PNG, re-deflating only the bands of rows that changed
     def _app_class(self, name):
         _load_apps()
         if self.apps and name not in self.apps: raise ValueError(f"app {name!r} is not enabled here ({self.apps})")
@@ -629,7 +630,8 @@ class DesktopEnv:
         return DESKTOP_APPS[name]
     def observe(self, img=None)->Observation:
         img = img if img is not None else self.desktop.screenshot()
-        return Observation(img, self.size, self.app.a11y() if (self.app and self.a11y) else None, info={'display': self.desktop.display})
+        return Observation(img, self.size, self.app.a11y() if (self.app and self.a11y) else None, info={'display': self.desktop.display},
+                           encoder=self.encoder)
     def reset(self, task)->Observation:
         cls = self._app_class(task.app)
         self.close()

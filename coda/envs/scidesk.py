@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from PIL import Image, ImageDraw, ImageFont
 from ..actions import Action, clean_text
-from .core import Observation, Element
+from .core import Observation, Element, FrameEncoder
 
 # %% ../../nbs/05a_scidesk.ipynb #5905dc37
 W, H = 1280, 800
@@ -337,6 +337,7 @@ class SciApp:
                  screen:tuple=(W, H)):
         self.render_screens, self.screen = render, screen
         self.task, self._tree, self._img = None, None, None
+        self.encoder = FrameEncoder()   # its screenshots' PNG, re-deflating only the bands of rows a step changed
 
     # --- for subclasses
     def initial_state(self)->dict: return {}
@@ -405,7 +406,7 @@ class SciApp:
 
     def observe(self)->Observation:
         return Observation(self.screenshot() if self.render_screens else None, self.screen, self.a11y(),
-                           info={'status': self.ui.get('status', '')})
+                           info={'status': self.ui.get('status', '')}, encoder=self.encoder)
 
     # --- actions
     def _top(self):
