@@ -8,7 +8,7 @@ import json, threading, time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from PIL import Image, ImageDraw
-from coda.envs.core import Observation, Element
+from coda.envs.core import Observation, Element, FrameEncoder
 
 # chat requests the model and server tests send: text, an image, and a pre-filled assistant turn to continue
 IMG_TOKENS = 64 + 2   # a 224x224 image: 64 <|image_pad|> between <|vision_start|> and <|vision_end|>
@@ -23,6 +23,7 @@ class CounterEnv:
     def __init__(self, screen=(1280, 800), target=3, delay=0.0, crash_at=None):
         self.screen, self.target, self.delay, self.crash_at = screen, target, delay, crash_at
         self.resets = self.closed = 0
+        self.encoder = FrameEncoder()   # as every real environment has: only the rows that changed are deflated again
         self._bg = Image.new('RGB', screen, (236, 236, 240))
         d = ImageDraw.Draw(self._bg)
         for x in range(0, screen[0], 40): d.line([(x, 0), (x, screen[1])], fill=(220, 220, 228))
@@ -30,7 +31,8 @@ class CounterEnv:
     def _obs(self):
         img = self._bg.copy()
         ImageDraw.Draw(img).text((40, 40), f'count = {self.n}', fill=(0, 0, 0))
-        return Observation(img, self.screen, a11y=[Element('label', f'count = {self.n}', (40, 40, 200, 60)), Element('button', '+', (600, 370, 680, 430))])
+        return Observation(img, self.screen, a11y=[Element('label', f'count = {self.n}', (40, 40, 200, 60)), Element('button', '+', (600, 370, 680, 430))],
+                           encoder=self.encoder)
     def reset(self, task):
         self.resets += 1; self.n, self.last, self.steps = 0, None, 0
         return self._obs()
