@@ -61,8 +61,8 @@ _URLS = OrderedDict()  # id(png bytes) -> (the bytes, their data URL); the entry
 def image_part(img, # a PIL image or PNG bytes (other image bytes are re-encoded)
               )->dict: # an OpenAI `image_url` content part holding a base64 PNG data URL
     "An OpenAI `image_url` part with `img` as a base64 PNG data URL"
-    from coda.envs.core import PNG
-    if isinstance(img, PNG): return {'type': 'image_url', 'image_url': {'url': img.data_url}}   # built once per frame, kept with it
+    if isinstance(url := getattr(img, 'data_url', None), str):   # a frame that carries its URL (`coda.envs.core.PNG`): built once per frame
+        return {'type': 'image_url', 'image_url': {'url': url}}
     if isinstance(img, bytes):  # the agent sends each screenshot ~4 times (2 steps x 2 models): encode it once
         hit = _URLS.get(id(img))
         if hit is not None and hit[0] is img: return {'type': 'image_url', 'image_url': {'url': hit[1]}}
