@@ -10,7 +10,7 @@ __all__ = ['AST_LOCK', 'KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR'
            'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
 
 # %% ../nbs/02_actions.ipynb #12dc6ddc
-import math, re, os, time, shutil, subprocess, itertools
+import functools, math, re, os, time, shutil, subprocess, itertools
 from dataclasses import dataclass, field, replace, asdict
 from typing import Literal, Protocol, Sequence
 
@@ -87,7 +87,12 @@ def model_frame(screen:tuple=(1280, 800),   # (W, H) of the screenshot sent to t
                 max_pixels:int=MAX_PIXELS,  # the server's processor max_pixels
                )->tuple: # (w', h'): the frame of absolute model coordinates
     "The (width, height) of the image a Qwen2.5-VL model sees for a screenshot of size `screen`"
-    h, w = smart_resize(screen[1], screen[0], min_pixels=min_pixels, max_pixels=max_pixels)
+    return _model_frame(screen[0], screen[1], min_pixels, max_pixels)
+
+@functools.lru_cache(maxsize=256)
+def _model_frame(W, H, min_pixels, max_pixels):
+    "`model_frame`, remembered: every parsed reply asks it, for the same few screens"
+    h, w = smart_resize(H, W, min_pixels=min_pixels, max_pixels=max_pixels)
     return (w, h)
 
 # %% ../nbs/02_actions.ipynb #a1c1ea18
@@ -231,7 +236,7 @@ _NUM = re.compile(r'-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?')
 
 def _numbers(v):
     if isinstance(v, (int, float)): return [float(v)]
-    return [float(t) for t in _NUM.findall(v.replace('box_start', '').replace('box_end', ''))] if v else []
+    return [float(t) for t in _NUM.findall(v)] if v else []   # the box tokens hold no digits and no minus sign
 
 def _point(v, sx, sy):
     "A box value as a screen point: two numbers, or the centre of four; None if neither"
@@ -392,12 +397,15 @@ def _parse(text, frame, screen, coords):
         sx, sy = W / fw, H / fh
     else: raise ValueError(f"coords must be 'absolute' or 'relative1000', not {coords!r}")
     if len(text) > MAX_REPLY: return [_too_long(text)]
-    text = clean_text(text.replace('[EOS]', ''))
+    if '[EOS]' in text: text = text.replace('[EOS]', '')
+    text = clean_text(text)
     sc = _Scan(text, sx, sy)
     # the last label wins, unless it sits inside typed text (`type(content='Action: x')`); only the last few are tried
-    for _, j in itertools.islice(_labels(text), LABEL_TRIES):
+    for tries, (_, j) in enumerate(_labels(text), 1):
         acts = sc.actions(j)
-        if any(a.kind != 'invalid' for a in acts): return acts
+        for a in acts:
+            if a.kind != 'invalid': return acts
+        if tries == LABEL_TRIES: break
     return sc.actions(0)
 
 def _too_long(text):
@@ -486,11 +494,13 @@ def needs_clipboard(text:str)->bool:
     return not text.isascii() or '<' in text or '>' in text
 
 # %% ../nbs/02_actions.ipynb #ea9ef670
+def _coord(v)->str: return repr(round(float(v), 3))
+
 def to_pyautogui(actions:Sequence, # Actions in screen pixels
                  pause:float=0.5,  # seconds to sleep between actions
                 )->str: # Python source that always compiles
     "pyautogui code performing `actions`; control actions (wait, finished, …) become comments"
-    r = lambda v: repr(round(float(v), 3))
+    r = _coord
     lines = ['import pyautogui', 'import time']
     for i, a in enumerate(actions):
         if i and pause: lines.append(f'time.sleep({pause!r})')
