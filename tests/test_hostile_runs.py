@@ -208,8 +208,12 @@ def test_ctrl_c_kills_the_stuck_step_and_says_how_to_resume(tmp_path):
         while not (steps.exists() and steps.read_text().count('\n') >= 1) and time.time() < end and proc.poll() is None: time.sleep(0.1)
         time.sleep(0.5)                                                    # now the second step holds the GIL in its worker
         proc.send_signal(signal.SIGINT); t0 = time.time()
+        lines = steps.read_text().count('\n') if steps.exists() else 0   # what was on disk when Ctrl-C came (for the message below)
         try: out, err = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired: proc.kill(); pytest.fail('coda eval did not stop on Ctrl-C while a step was stuck')
+        except subprocess.TimeoutExpired:
+            proc.kill(); out, err = proc.communicate()
+            pytest.fail(f'coda eval did not stop on Ctrl-C while a step was stuck ({lines} step lines on disk at the Ctrl-C, '
+                        f'sent {t0 - (end - 40):.1f} s after the start); its stderr: {err[-2000:]}')
     assert proc.returncode == 130 and 'Traceback' not in err, err[-3000:]
     assert 'Resume with:' in err and f'coda eval --tasks {tasks}' in err and f'--run {run}' in err, err
     time.sleep(1)

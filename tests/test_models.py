@@ -44,9 +44,14 @@ class Scripted:
                     srv.bodies.append(body); srv.headers.append(dict(self.headers)); srv.times.append(time.monotonic())
                     act = srv.script[min(len(srv.bodies), len(srv.script)) - 1]
                     srv.inflight += 1; srv.max_inflight = max(srv.max_inflight, srv.inflight)
+                self.counted = True
                 try: self.act(act)
-                finally:
+                finally: self.answered()
+            def answered(self):
+                "No longer in flight: called as the answer is written (the client may send its next request at once)"
+                if getattr(self, 'counted', False):
                     with srv.lock: srv.inflight -= 1
+                    self.counted = False
             def act(self, act):
                 if act == 'drop': return
                 if act == 'hang': srv.stop.wait(10); return
@@ -66,6 +71,7 @@ class Scripted:
                 elif act == 'malformed': code, data = 200, json.dumps(OK).encode()[:40]
                 elif act == 'nochoices': code, data = 200, b'{"object": "error", "message": "upstream reset"}'
                 else: code, data = act, json.dumps({'error': {'message': f'scripted {act}', 'code': act}}).encode()
+                self.answered()
                 send_once(self, code, data, hdr)
         self.httpd = Server(('127.0.0.1', 0), H)
         self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
