@@ -203,7 +203,10 @@ def test_ctrl_c_kills_the_stuck_step_and_says_how_to_resume(tmp_path):
     tasks, run, pids = write_tasks(tmp_path/'tasks.jsonl', ['S-00']), tmp_path/'run', tmp_path/'pids'
     with ScriptedServer(counting_policy(3), models=['planner', 'executor']) as srv:
         args = eval_args(srv.url, tasks, run, '--env', 'test_hostile_runs:StuckEnv', '--env-opt', 'hold=25', '--env-opt', f'pids={pids}')
-        proc = subprocess.Popen([*CODA, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        # Ctrl-C as a terminal gives it: SIGINT handled by default even when these tests were started in the background
+        # of a script (`make test &`), where the shell starts them with SIGINT ignored and every child would inherit that
+        with_sigint = [sys.executable, '-c', 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])']
+        proc = subprocess.Popen([*with_sigint, *CODA, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
         steps, end = run/'episodes'/'Counter'/'S-00'/'0'/'steps.jsonl', time.time() + 40
         while not (steps.exists() and steps.read_text().count('\n') >= 1) and time.time() < end and proc.poll() is None: time.sleep(0.1)
         time.sleep(0.5)                                                    # now the second step holds the GIL in its worker
