@@ -188,7 +188,8 @@ def _scan_bracket(s, i, n=None):
         c = s[j]
         if c in '\'"':
             k = s.find(c, j + 1, n)
-            j = n if k < 0 else k + 1; continue
+            j = n if k < 0 else k + 1
+            continue
         if c in _CLOSE: stack.append(_CLOSE[c])
         elif c == stack[-1]: stack.pop()
         j += 1
@@ -206,7 +207,9 @@ def _scan_call(s, i, n=None, closes=None):
         key = None
         if (m := _KW.match(s, i, n)): key, i = m.group(1), m.end()
         if i >= n: val, i = '', n
-        elif s[i] in '\'"': val, i = _scan_string(s, i, n, closes); val = _unescape(val)
+        elif s[i] in '\'"':
+            val, i = _scan_string(s, i, n, closes)
+            val = _unescape(val)
         elif s[i] in _CLOSE: val, i = _scan_bracket(s, i, n)
         else:
             j = _BARE.match(s, i, n).end()
@@ -436,7 +439,8 @@ class _Scan:
         out = []
         while p < n and (c := _next_call(s, p, n)):
             if len(out) == MAX_ACTIONS:
-                out.append(_invalid(f"[not parsed: more than MAX_ACTIONS={MAX_ACTIONS} actions] " + s[c[0]:c[0]+200])); break
+                out.append(_invalid(f"[not parsed: more than MAX_ACTIONS={MAX_ACTIONS} actions] " + s[c[0]:c[0]+200]))
+                break
             start, name, after = c
             if (hit := self.calls.get(start)) is None:
                 args, kw, end = _scan_call(s, after, n, self.closes)
@@ -580,7 +584,8 @@ def ensure_xauthority()->str:
     p = os.environ.get('XAUTHORITY') or os.path.expanduser('~/.Xauthority')
     if not os.path.exists(p):
         import tempfile
-        fd, p = tempfile.mkstemp(prefix='coda-xauth-'); os.close(fd)
+        fd, p = tempfile.mkstemp(prefix='coda-xauth-')
+        os.close(fd)
         os.environ['XAUTHORITY'] = p
     return p
 
@@ -604,12 +609,14 @@ class PyAutoGUIBackend:
     def click(self, x, y, button='left', clicks=1): self.pg.click(x, y, clicks=clicks, interval=0.05, button=button)
     def move(self, x, y): self.pg.moveTo(x, y)
     def drag(self, x, y, x2, y2):
-        self.pg.moveTo(x, y); self.pg.dragTo(x2, y2, duration=self.drag_duration, button='left')
+        self.pg.moveTo(x, y)
+        self.pg.dragTo(x2, y2, duration=self.drag_duration, button='left')
     def hotkey(self, *keys): self.pg.hotkey(*keys)
     def write(self, text): self.pg.write(text, interval=0.01)
     def paste(self, text):
         import pyperclip
-        pyperclip.copy(text); self.pg.hotkey(*self.paste_key)
+        pyperclip.copy(text)
+        self.pg.hotkey(*self.paste_key)
     def scroll(self, clicks, x=None, y=None, horizontal=False):
         (self.pg.hscroll if horizontal else self.pg.scroll)(clicks, x=x, y=y)
 

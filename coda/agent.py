@@ -86,7 +86,8 @@ class Agent:
         def call():
             r = fn(*a)
             if isinstance(r, Observation) and encode:
-                t = time.perf_counter(); r.png()
+                t = time.perf_counter()
+                r.png()
                 if rec is not None: rec['encode_s'] = round(time.perf_counter() - t, 4)
             return r
         t = time.perf_counter()
@@ -193,7 +194,8 @@ class Agent:
             why, pending = await self._settle(pending), None   # the previous step on disk first: at most one step ahead of it
             rec['store_s'] = round(time.perf_counter() - t1, 4)
             if why is not None:
-                stop, reason = 'ERROR', f'step {i - 1} could not be recorded: {why}'; break
+                stop, reason = 'ERROR', f'step {i - 1} could not be recorded: {why}'
+                break
             why, pending = self._record(on_step, rec, png)
             if why is not None: stop, reason = 'ERROR', f'step {i} could not be recorded: {why}'
             if stop == 'ERROR': break

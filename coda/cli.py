@@ -405,7 +405,8 @@ def main(argv:list|None=None):
     if a.debug or os.environ.get('CODA_DEBUG'): return a.fn(a)
     try: a.fn(a)
     except KeyboardInterrupt:
-        print(f"\ncoda {a.cmd}: interrupted", file=sys.stderr); sys.exit(130)
+        print(f"\ncoda {a.cmd}: interrupted", file=sys.stderr)
+        sys.exit(130)
     except Exception as e:
         user = _is_user_error(e)
         what = _first_line(e) if isinstance(e, UserError) else f"{type(e).__name__}: {_first_line(e)}"

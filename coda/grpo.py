@@ -72,7 +72,8 @@ def grpo_examples(run:Path|str,         # a judged run
     for rec in read_judgments(run, judge):
         app, task, sample = rec['key']
         if apps and app not in apps: continue
-        ep = store.episode_dir(app, task, sample); steps = read_jsonl(ep/'steps.jsonl')
+        ep = store.episode_dir(app, task, sample)
+        steps = read_jsonl(ep/'steps.jsonl')
         for i in rec['labels']['positives']:
             if i >= len(steps) or not steps[i].get('actions'): continue
             conv = replay(ep, i, language, window)

@@ -59,9 +59,13 @@ def _literal(s:str)->tuple:
             with warnings.catch_warnings():
                 warnings.simplefilter('ignore', SyntaxWarning)   # e.g. '1st' in a reply: not ours to report
                 node = parse_ast(cand).body
-            if not isinstance(node, ast.Dict): why = 'is not a dict'; continue
+            if not isinstance(node, ast.Dict):
+                why = 'is not a dict'
+                continue
             keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
-            if not all(isinstance(k, str) for k in keys): why = 'has a key that is not a string'; continue
+            if not all(isinstance(k, str) for k in keys):
+                why = 'has a key that is not a string'
+                continue
             norm = [_key(k) for k in keys]
             if len(set(norm)) < len(norm):
                 dup = next(k for k in keys if norm.count(_key(k)) > 1)
@@ -182,8 +186,11 @@ def load_trajectory(ep_dir:Path|str, # an episode folder of a run (coda.store)
     frames, caps = [], []
     for i, r in enumerate(steps):
         if (p := _shot(d, r)) is not None:
-            frames.append(p.read_bytes()); caps.append(f'The screen before step {i + 1}')
-    if (d/'final.png').exists(): frames.append((d/'final.png').read_bytes()); caps.append('The screen after the last step')
+            frames.append(p.read_bytes())
+            caps.append(f'The screen before step {i + 1}')
+    if (d/'final.png').exists():
+        frames.append((d/'final.png').read_bytes())
+        caps.append('The screen after the last step')
     return Trajectory(meta.get('instruction', ''), frames, caps, [_action_text(r) for r in steps],
                       (meta.get('app'), meta.get('task'), meta.get('sample')), len(steps))
 
@@ -194,7 +201,8 @@ def resize_png(png:bytes, size:tuple|None)->bytes:
     im = Image.open(io.BytesIO(png))
     if im.width <= size[0] and im.height <= size[1]: return png
     s = min(size[0] / im.width, size[1] / im.height)
-    buf = io.BytesIO(); im.convert('RGB').resize((max(1, round(im.width * s)), max(1, round(im.height * s))), Image.BILINEAR).save(buf, 'PNG', compress_level=1)
+    buf = io.BytesIO()
+    im.convert('RGB').resize((max(1, round(im.width * s)), max(1, round(im.height * s))), Image.BILINEAR).save(buf, 'PNG', compress_level=1)
     return buf.getvalue()
 
 def judge_messages(t:Trajectory,            # the trajectory
@@ -310,7 +318,9 @@ def read_judgments(run:Path|str, name:str)->list:
     for p in sorted((Path(run)/'judgments'/_safe(name)).glob('*/*/*.json')):
         d, why = _read_dict(p)
         if d is not None and not _judgment_ok(d): d, why = None, f'{p} is not a judgment (key, accepted, label; labels when present)'
-        if d is None: warnings.warn(f'{why}: judgment skipped', RuntimeWarning); continue
+        if d is None:
+            warnings.warn(f'{why}: judgment skipped', RuntimeWarning)
+            continue
         out.append(d)
     return out
 
@@ -343,16 +353,21 @@ async def judge_run(run:Path|str,       # a run folder (coda.store)
                 d = await judge.judge(t)
             except Exception as ex:   # an unreadable episode: reported, left for the next run, the others go on
                 d, t = Decision(False, [], None, error=f'{type(ex).__name__}: {ex}'), None
-            if d.error: counts['failed'] += 1; errors.append(f"{e['dir']}: {d.error}")
+            if d.error:
+                counts['failed'] += 1
+                errors.append(f"{e['dir']}: {d.error}")
             else:
                 lab = label_steps(d.verdict, t.n_steps, min_error_step) if d.verdict is not None else Labels()
                 rec = dict(key=list(t.key), judge=judge.name, accepted=d.accepted, label=d.label, votes=d.votes,
                            verdict=asdict(d.verdict) if d.verdict else None, labels=asdict(lab), n_steps=t.n_steps,
                            score=e['result'].get('score'), status=e['result'].get('status'))
-                path = judgment_path(run, judge.name, t.key); path.parent.mkdir(parents=True, exist_ok=True)
+                path = judgment_path(run, judge.name, t.key)
+                path.parent.mkdir(parents=True, exist_ok=True)
                 _atomic_write(path, _dumps(rec, indent=1))
-                counts['judged'] += 1; counts['accepted'] += d.accepted
-            bar.update(1); bar.set_postfix_str(f"accepted {counts['accepted']}/{counts['judged']} now, n/a {counts['failed']}")
+                counts['judged'] += 1
+                counts['accepted'] += d.accepted
+            bar.update(1)
+            bar.set_postfix_str(f"accepted {counts['accepted']}/{counts['judged']} now, n/a {counts['failed']}")
     try: await asyncio.gather(*(worker() for _ in range(max(1, min(workers, len(todo) or 1)))))
     finally: bar.close()
     if counts['errored']: print(f"{counts['errored']} episode(s) ended in an error or a timeout: skipped, not judged (they give no training labels)")
@@ -429,13 +444,16 @@ def load_arb_trajectory(path:Path|str,           # a cleaned/<benchmark>/<agent>
                         root:Path|str|None=None, # the dataset folder its screenshot paths are relative to
                        )->Trajectory:
     "An ARB trajectory as the judge sees it: its goal, each step's screenshot, reasoning and action"
-    p = Path(path); d = json.loads(p.read_text())
+    p = Path(path)
+    d = json.loads(p.read_text())
     root = Path(root) if root else p.parents[4] if len(p.parents) > 4 else p.parent
     frames, caps, steps = [], [], []
     for i, s in enumerate(d.get('steps', [])):
         sp = s.get('screenshot_path')
         f = next((c for c in ([root/sp, p.parent/Path(sp).name] if sp else []) if c.exists()), None)
-        if f is not None: frames.append(f.read_bytes()); caps.append(f'The screen at step {i + 1}')
+        if f is not None:
+            frames.append(f.read_bytes())
+            caps.append(f'The screen at step {i + 1}')
         if s.get('action') is not None: steps.append(f"{(s.get('reasoning') or '').strip()} -> {s['action']}")
     return Trajectory(d.get('goal', ''), frames, caps, steps, (d.get('benchmark'), d.get('agent'), p.stem), len(steps))
 
@@ -457,7 +475,9 @@ async def arb_judge(root:Path|str,        # the downloaded dataset folder
     sem, preds = asyncio.Semaphore(workers), {}
     async def one(i, r):
         p = arb_trajectory_path(root, r)
-        if not p.exists() or json.loads(p.read_text()).get('valid') is False: preds[i] = -1; return
+        if not p.exists() or json.loads(p.read_text()).get('valid') is False:
+            preds[i] = -1
+            return
         async with sem: preds[i] = (await judge.judge(await asyncio.to_thread(load_arb_trajectory, p, root))).label
     await asyncio.gather(*(one(i, r) for i, r in enumerate(rows)))
     return [r['label'] for r in rows], [preds[i] for i in range(len(rows))]

@@ -53,7 +53,8 @@ def _png_bytes(img)->bytes:
         from PIL import Image
         img = Image.open(io.BytesIO(img))
     if not hasattr(img, 'save'): raise TypeError(f"expected a PIL image or image bytes, got {type(img).__name__}")
-    buf = io.BytesIO(); img.save(buf, format='PNG')
+    buf = io.BytesIO()
+    img.save(buf, format='PNG')
     return buf.getvalue()
 
 _URLS = OrderedDict()  # id(png bytes) -> (the bytes, their data URL); the entry keeps the bytes alive, so the id stays theirs
@@ -105,7 +106,8 @@ MAX_RETRY_WAIT = 30.0           # seconds: the longest wait before a retry, what
 class _Retry(Exception):
     "A transient failure: worth another attempt"
     def __init__(self, cause:str, status:int|None=None, after:float|None=None, empty:bool=False):
-        super().__init__(cause); self.cause, self.status, self.after, self.empty = cause, status, after, empty
+        super().__init__(cause)
+        self.cause, self.status, self.after, self.empty = cause, status, after, empty
 
 class _Refused(Exception):
     "A reply that must not be read (too large): fails at once"
@@ -330,12 +332,16 @@ class LoopThread:
             timeout:float|None=None):     # seconds to wait for it; None: no limit
         "Run `coro` on the loop and wait for its result; an exception, the timeout or Ctrl-C while waiting cancels it"
         if threading.current_thread() is self.thread:
-            coro.close(); raise RuntimeError("LoopThread.run called on its own loop (it would wait for itself): await the coroutine")
-        if self.closed: coro.close(); raise RuntimeError("this LoopThread is closed")
+            coro.close()
+            raise RuntimeError("LoopThread.run called on its own loop (it would wait for itself): await the coroutine")
+        if self.closed:
+            coro.close()
+            raise RuntimeError("this LoopThread is closed")
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try: return fut.result(timeout)
         except BaseException:
-            fut.cancel(); raise
+            fut.cancel()
+            raise
 
     async def _shutdown(self):
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -468,7 +474,8 @@ def _tiny_tokenizer(vocab_size:int=512):
     "A byte-level BPE `Qwen2Tokenizer` trained on `_CORPUS`, with Qwen's special tokens and chat template"
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
-    bpe = Tokenizer(models.BPE()); bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.train_from_iterator([_CORPUS] * 20, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=QWEN_SPECIAL,
         show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # all 256 bytes: no unknown token ever
     m = json.loads(bpe.to_str())['model']
@@ -503,7 +510,9 @@ def domain_tokenizer(texts:list,            # the texts the model will read and 
     return tok
 def _mrope_section(head_dim:int)->list:
     "Qwen's [16, 24, 24] proportions for the (t, h, w) rotary sections, summing to head_dim/2 (P2)"
-    half = head_dim // 2; t = half // 4; h = (half - t) // 2
+    half = head_dim // 2
+    t = half // 4
+    h = (half - t) // 2
     return [t, h, half - t - h]
 
 # %% ../nbs/04_models.ipynb #b391dc6c
@@ -538,8 +547,10 @@ def build_tiny_qwen25vl(path:str|Path,   # folder to write (created; files in it
         model = Qwen2_5_VLForConditionalGeneration(cfg)
     model.generation_config = GenerationConfig(eos_token_id=ids('<|im_end|>'), pad_token_id=ids('<|endoftext|>'),
                                                do_sample=False, max_new_tokens=16)
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path); proc.save_pretrained(path)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    proc.save_pretrained(path)
     return path
 
 # %% ../nbs/04_models.ipynb #2399829e
@@ -731,7 +742,9 @@ def serve_transformers(model_dir:str|Path,      # the model folder to serve (req
         if proc.poll() is None:
             proc.terminate()
             try: proc.wait(15)
-            except subprocess.TimeoutExpired: proc.kill(); proc.wait()
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 # %% ../nbs/04_models.ipynb #c521205b

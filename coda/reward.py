@@ -29,9 +29,14 @@ def point_score(a:Action, b:Action, screen:tuple,
 
 def _box(a:Action, screen:tuple, pad:float):
     W, H = screen
-    x1, x2 = sorted((a.x / W, a.x2 / W)); y1, y2 = sorted((a.y / H, a.y2 / H))
-    if x2 - x1 < pad: c = (x1 + x2) / 2; x1, x2 = c - pad / 2, c + pad / 2
-    if y2 - y1 < pad: c = (y1 + y2) / 2; y1, y2 = c - pad / 2, c + pad / 2
+    x1, x2 = sorted((a.x / W, a.x2 / W))
+    y1, y2 = sorted((a.y / H, a.y2 / H))
+    if x2 - x1 < pad:
+        c = (x1 + x2) / 2
+        x1, x2 = c - pad / 2, c + pad / 2
+    if y2 - y1 < pad:
+        c = (y1 + y2) / 2
+        y1, y2 = c - pad / 2, c + pad / 2
     return x1, y1, x2, y2
 
 def iou(b1:tuple, b2:tuple)->float:

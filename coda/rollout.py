@@ -83,7 +83,8 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
             if res.get('status') != 'unscored':               # a task without checks is no success and no failure
                 wins[0] += res.get('status') == 'done' and (res.get('score') or 0) >= 1
                 wins[1] += 1
-            bar.set_postfix_str(f"success {wins[0]}/{wins[1]} this session"); bar.update(1)
+            bar.set_postfix_str(f"success {wins[0]}/{wins[1]} this session")
+            bar.update(1)
         if env is not None: await asyncio.to_thread(_close, env)
 
     def unrecorded(task, sample, res, what, e):
@@ -123,7 +124,8 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
             else: asyncio.get_running_loop().run_in_executor(None, _close, env)
             env = None
         elif res.get('status') not in ('done', 'unscored') and env is not None:
-            await asyncio.to_thread(_close, env); env = None
+            await asyncio.to_thread(_close, env)
+            env = None
         return res, env
     try: await asyncio.gather(*(worker(w) for w in range(n_workers)))
     finally: bar.close()
@@ -255,7 +257,9 @@ class RayEnvFactory:
                                    f"{self.start_timeout:g} s; free in the cluster now: {_amounts(ray.available_resources(), names)} "
                                    "(other actors or jobs may hold the rest, or the environment is slow to build)")
         for ref in done:
-            try: ray.get(ref); self.ready.append(asked[ref])
+            try:
+                ray.get(ref)
+                self.ready.append(asked[ref])
             except Exception as e:                # its environment failed to build: episodes will meet that on a fresh actor, as without start
                 log.warning("an environment actor failed to start: %s", str(e).splitlines()[0][:300])
                 asked[ref].kill()
@@ -362,8 +366,11 @@ class ProcessEnv:
         "End the worker now, whatever it is doing (SIGTERM, then SIGKILL after `grace` seconds); a call waiting on it raises EnvWorkerDied"
         self._killed = True
         if self.proc.is_alive():
-            self.proc.terminate(); self.proc.join(grace)
-        if self.proc.is_alive(): self.proc.kill(); self.proc.join(5)
+            self.proc.terminate()
+            self.proc.join(grace)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
 
     def close(self, timeout:float=30.0):
         "Close the environment in its worker and let the worker exit (killed if it does not within `timeout` s)"

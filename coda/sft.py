@@ -76,12 +76,18 @@ def sft_examples(runs:Sequence,               # run folders (one per specialist)
                                      images=_pngs(pm), run=str(run), app=app, task=task, sample=int(sample), step=int(i), source=source,
                                      key=dedup_key(meta.get('instruction', ''), (d/r['screenshot']).read_bytes(), reply)))
             except (OSError, ValueError, KeyError, IndexError) as e:   # a broken or a11y-only episode: reported, the others go on
-                c['unreadable'] += 1; log.warning("skipping %s: %s: %s", d, type(e).__name__, e); continue
+                c['unreadable'] += 1
+                log.warning("skipping %s: %s: %s", d, type(e).__name__, e)
+                continue
             c['clean' if clean else 'prefix'] += 1
             for row in made:
                 c['steps'] += 1
-                if dedup and row['key'] in seen: c['duplicates'] += 1; continue
-                seen.add(row['key']); rows.append(row); c['rows'] += 1
+                if dedup and row['key'] in seen:
+                    c['duplicates'] += 1
+                    continue
+                seen.add(row['key'])
+                rows.append(row)
+                c['rows'] += 1
     cols = ['episodes', 'clean', 'prefix', 'refused', 'steps', 'duplicates', 'rows', 'unreadable']
     df = pd.DataFrame.from_dict(counts, orient='index', columns=cols).sort_index()
     df.index.name = 'app'
@@ -224,7 +230,8 @@ def train_sft(dataset,                  # rows with `messages` and `images` (bui
     from transformers.trainer_utils import get_last_checkpoint
     from coda.models import patch_qwen_vl_processors_without_video
     patch_qwen_vl_processors_without_video()
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     last = get_last_checkpoint(str(out)) if resume else None
     t0 = time.time()
     tr = sft_trainer(dataset, model_dir, out, lora=lora, **kw)
@@ -257,7 +264,8 @@ def merge_lora(adapter_dir:Path|str,     # a LoRA adapter saved by `train_sft`
     base_dir = base_dir or PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
     base = AutoModelForImageTextToText.from_pretrained(base_dir)
     model = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     AutoProcessor.from_pretrained(adapter_dir).save_pretrained(out)
     return out

@@ -38,7 +38,9 @@ def _atomic_write(path:Path, data:bytes, fsync:bool=True):
     tmp = path.with_name(f'.{path.name}.tmp')
     with open(tmp, 'wb') as f:
         f.write(data)
-        if fsync: f.flush(); os.fsync(f.fileno())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 # %% ../nbs/08_store.ipynb #store_pool
@@ -217,7 +219,9 @@ class RunStore:
 
     def _wipe(self, d:Path):
         "Delete an episode folder (a symlink or a stray file in its place is unlinked, never followed)"
-        if d.is_symlink() or d.is_file(): _inside(self.root, d.parent); d.unlink()
+        if d.is_symlink() or d.is_file():
+            _inside(self.root, d.parent)
+            d.unlink()
         elif d.exists(): shutil.rmtree(_inside(self.root, d))
     def start(self, app, task, sample, meta:dict|None=None)->EpisodeWriter:
         "Begin (or restart) an episode: an unfinished or damaged folder from an earlier run is wiped first"

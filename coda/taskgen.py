@@ -116,14 +116,24 @@ def parse_tasks(text:str,            # the teacher's reply
     for i, it in enumerate(items):
         tag = f"task {i}"
         if isinstance(it, str): it = {'instruction': it}
-        if not isinstance(it, dict): reasons.append(f"{tag}: a {type(it).__name__}, not an object or a string"); continue
+        if not isinstance(it, dict):
+            reasons.append(f"{tag}: a {type(it).__name__}, not an object or a string")
+            continue
         ins = it.get('instruction')
-        if not isinstance(ins, str): reasons.append(f"{tag}: instruction is {type(ins).__name__}, not a string"); continue
+        if not isinstance(ins, str):
+            reasons.append(f"{tag}: instruction is {type(ins).__name__}, not a string")
+            continue
         ins = ' '.join(ins.split())
-        if not MIN_LEN <= len(ins) <= MAX_LEN: reasons.append(f"{tag}: instruction of {len(ins)} characters (allowed {MIN_LEN} to {MAX_LEN})"); continue
-        if it.get('app', app) != app: reasons.append(f"{tag}: for app {it.get('app')!r}, not {app!r}"); continue
+        if not MIN_LEN <= len(ins) <= MAX_LEN:
+            reasons.append(f"{tag}: instruction of {len(ins)} characters (allowed {MIN_LEN} to {MAX_LEN})")
+            continue
+        if it.get('app', app) != app:
+            reasons.append(f"{tag}: for app {it.get('app')!r}, not {app!r}")
+            continue
         steps, clamped, err = _steps(it.get('steps'), max_steps)
-        if err: reasons.append(f"{tag}: {err}"); continue
+        if err:
+            reasons.append(f"{tag}: {err}")
+            continue
         recs.append({'instruction': ins, 'steps': steps, 'app': app, **({'clamped': clamped} if clamped else {})})
     return recs, reasons
 
@@ -165,7 +175,9 @@ def dedup_tasks(records:list,          # proposals (dicts with 'instruction', or
         ins = _instr(r)
         best = max(((similarity(ins, s, app), s, what) for s, what in seen), default=(0, '', ''), key=lambda x: x[0])
         if best[0] >= threshold: dropped.append((r, f"duplicate ({best[0]:.2f}) of {best[2]} {best[1]!r}"))
-        else: kept.append(r); seen.append((ins, 'earlier proposal'))
+        else:
+            kept.append(r)
+            seen.append((ins, 'earlier proposal'))
     return kept, dropped
 
 # %% ../nbs/12_taskgen.ipynb #41e387f3
@@ -184,7 +196,9 @@ def to_task(rec:dict, app:str|None=None)->Task:
 _NUM = r'-?\d+(?:\.\d+)?'
 _SUFFIX = r'(?:\s+in\s+(?:the\s+)?(?:algebra|astronomy|biochem|gis|grass\s+gis)(?:\s+(?:app|console|application))?)?\s*[.!]?'
 
-def _num(s): s = s.replace(',', ''); return float(s) if '.' in s else int(s)
+def _num(s):
+    s = s.replace(',', '')
+    return float(s) if '.' in s else int(s)
 
 def _algebra_var(m):
     x, v = m['var'], _num(m['num'])
@@ -322,11 +336,14 @@ async def generate_tasks(model,                 # a `coda.models` chat backend (
         try: reply = await model.chat(msgs, temperature=temperature, max_tokens=max_tokens)
         except ModelError as e:
             if r == 0: raise
-            rep.errors.append(str(e)); break
+            rep.errors.append(str(e))
+            break
         rep.rounds, rep.seconds = rep.rounds + 1, rep.seconds + reply.seconds
         recs, why = parse_tasks(reply.text, app, max_steps)
         bad = sum(w.startswith('task ') for w in why)
-        rep.invalid += bad; rep.proposed += len(recs) + bad; rep.unreadable += len(why) > bad
+        rep.invalid += bad
+        rep.proposed += len(recs) + bad
+        rep.unreadable += len(why) > bad
         rep.reasons += [f"round {r + 1}: {w}" for w in why]
         new, dropped = dedup_tasks(recs, [*seeds, *existing, *kept], app, threshold)
         rep.duplicates += len(dropped)

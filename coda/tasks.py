@@ -167,7 +167,8 @@ def _join(sep, xs):
 @functools.lru_cache(maxsize=256)
 def _regex(pattern:str):
     "A compiled RE2 pattern (linear-time matching), or CheckError for what RE2 cannot compile"
-    opts = re2.Options(); opts.log_errors = False   # the reason goes into the CheckError, not to stderr
+    opts = re2.Options()
+    opts.log_errors = False   # the reason goes into the CheckError, not to stderr
     try: return re2.compile(clean_text(pattern), opts)
     except re2.error as e:
         why = e.args[0].decode('utf-8', 'replace') if e.args and isinstance(e.args[0], bytes) else str(e)
@@ -533,7 +534,9 @@ class _Tr:
                 return ['var', sc['tag'] + n]
         if n in self.params:
             e = self.params[n]
-            if self.scopes and _free_at(e): self.letp[n] = e; return ['var', n]
+            if self.scopes and _free_at(e):
+                self.letp[n] = e
+                return ['var', n]
             return copy.deepcopy(e)
         raise Untranslatable(f"unknown name {n!r}")
 
@@ -759,7 +762,9 @@ def translate_item(item:dict,  # one ScienceBoard evaluate item
     if not isinstance(item, dict) or not isinstance(item.get('type'), str): return None, "not an evaluate item (no 'type')"
     if item['type'] == 'stop': return dict(item), 'ok'
     if 'check' in item:
-        try: validate(item['check']); return dict(item), 'ok'
+        try:
+            validate(item['check'])
+            return dict(item), 'ok'
         except CheckError as e: return None, str(e)
     if app not in TRANSLATORS: return None, f"no translation for {app} items"
     try: expr = TRANSLATORS[app](item)
@@ -817,7 +822,9 @@ def scienceboard_tasks(root:Path|str=SHARED/'data'/'scienceboard'/'tasks',  # Sc
         for f in sorted(Path(root, app).glob('*.json')):
             row = dict(app=app, id=f.stem, loaded=False, items=0, translated=0, full=False, native=False, native_why='', untranslated='', error='')
             try: t = load_task(f)
-            except TaskError as e: rows.append({**row, 'error': str(e)}); continue
+            except TaskError as e:
+                rows.append({**row, 'error': str(e)})
+                continue
             _, why = translate_task(t)
             ok, native_why = native_support(t)
             rows.append({**row, 'loaded': True, 'items': len(t.evaluate), 'translated': len(t.evaluate) - len(why),

@@ -145,14 +145,20 @@ class Algebra(SciApp):
                 name, _, ex = line.partition(':=')
                 name = name.strip()
                 if not _var_name_ok(name): raise CalcError(f'invalid variable name {_short(name)}')
-                v = calc(ex, st['vars'], self._deg()); st['vars'][name] = v
-                st['log'].append(f'{name} := {ex.strip()}'); st['log'].append(f'  = {fmt(v, p)}')
+                v = calc(ex, st['vars'], self._deg())
+                st['vars'][name] = v
+                st['log'].append(f'{name} := {ex.strip()}')
+                st['log'].append(f'  = {fmt(v, p)}')
             else:
-                v = calc(line, st['vars'], self._deg()); st['vars']['ans'] = v
-                st['log'].append(line); st['log'].append(f'  = {fmt(v, p)}')
+                v = calc(line, st['vars'], self._deg())
+                st['vars']['ans'] = v
+                st['log'].append(line)
+                st['log'].append(f'  = {fmt(v, p)}')
             self.set_status('Ready')
         except CalcError as e:
-            st['log'].append(line); st['log'].append(f'  error: {e}'); self.set_status(f'Error: {e}')
+            st['log'].append(line)
+            st['log'].append(f'  error: {e}')
+            self.set_status(f'Error: {e}')
 
     def _samples(self, expr):
         out = {}
@@ -166,8 +172,12 @@ class Algebra(SciApp):
         if not expr: return
         try: calc(expr, {**self.state['vars'], 'x': 0.7}, self._deg())
         except CalcError as e:
-            if _unreadable(e): self.set_status(f'Error: {e}'); return
-        if len(self.state['plots']) >= MAX_PLOTS: self.set_status(f'Error: at most {MAX_PLOTS} functions'); return
+            if _unreadable(e):
+                self.set_status(f'Error: {e}')
+                return
+        if len(self.state['plots']) >= MAX_PLOTS:
+            self.set_status(f'Error: at most {MAX_PLOTS} functions')
+            return
         used = {p['color'] for p in self.state['plots']}
         color = color or next((c for c in COLORS if c not in used), 'blue')
         self.state['plots'].append(dict(expr=expr, color=color))
@@ -183,7 +193,9 @@ class Algebra(SciApp):
 
 # %% ../../nbs/05b_algebra.ipynb #1bba27e9
 def _tab(name):
-    def f(app): app.state['tab'] = name; app.ui['focus'] = None
+    def f(app):
+        app.state['tab'] = name
+        app.ui['focus'] = None
     return f
 
 def _field_dialog(title, prompt, field, ok, ok_label='OK', placeholder=''):
@@ -200,11 +212,16 @@ def _field_dialog(title, prompt, field, ok, ok_label='OK', placeholder=''):
     return build
 
 def _set_precision(app, v):
-    if v.isascii() and v.isdigit() and len(v) <= 2 and 0 <= int(v) <= 12: app.state['settings']['precision'] = int(v); app.close_dialog()
+    if v.isascii() and v.isdigit() and len(v) <= 2 and 0 <= int(v) <= 12:
+        app.state['settings']['precision'] = int(v)
+        app.close_dialog()
     else: app.set_status('Precision must be a whole number from 0 to 12')
 
 def _export(app, v):
-    if v: app.state['export'] = v; app.close_dialog(); app.set_status(f'Log exported to {v}')
+    if v:
+        app.state['export'] = v
+        app.close_dialog()
+        app.set_status(f'Log exported to {v}')
 
 _precision_dialog = _field_dialog('Precision', 'Decimal places shown in the console (0-12):', 'Decimal places', _set_precision)
 _export_dialog = _field_dialog('Export log', 'Save the console log as:', 'File name', _export, 'Save', 'log.txt')
@@ -262,7 +279,8 @@ def _plot_canvas(app):
                 except CalcError: y = None
                 if y is None or not (v['ymin'] <= y <= v['ymax']):  # leave the view: end the segment
                     if len(seg) > 1: pts.append(seg)
-                    seg = []; continue
+                    seg = []
+                    continue
                 seg.append((sx(x), sy(y)))
             if len(seg) > 1: pts.append(seg)
             for sg in pts: cv.line(sg, COLORS.get(p['color'], COLORS['blue']), 2)
@@ -270,13 +288,20 @@ def _plot_canvas(app):
     def zoom(app, d, x, y):
         f = 0.8 if d == 'up' else 1.25 if d == 'down' else None
         if f is None:  # horizontal wheel pans
-            dx = (v['xmax'] - v['xmin']) * 0.1 * (1 if d == 'right' else -1); v['xmin'] += dx; v['xmax'] += dx; return
+            dx = (v['xmax'] - v['xmin']) * 0.1 * (1 if d == 'right' else -1)
+            v['xmin'] += dx
+            v['xmax'] += dx
+            return
         cx, cy = v['xmin'] + (x - x1) / (x2 - x1) * (v['xmax'] - v['xmin']), v['ymax'] - (y - y1) / (y2 - y1) * (v['ymax'] - v['ymin'])
         for lo, hi, c in (('xmin', 'xmax', cx), ('ymin', 'ymax', cy)):
             v[lo], v[hi] = c + (v[lo] - c) * f, c + (v[hi] - c) * f
     def pan(app, xa, ya, xb, yb):
-        dx = (xb - xa) / (x2 - x1) * (v['xmax'] - v['xmin']); dy = (yb - ya) / (y2 - y1) * (v['ymax'] - v['ymin'])
-        v['xmin'] -= dx; v['xmax'] -= dx; v['ymin'] += dy; v['ymax'] += dy
+        dx = (xb - xa) / (x2 - x1) * (v['xmax'] - v['xmin'])
+        dy = (yb - ya) / (y2 - y1) * (v['ymax'] - v['ymin'])
+        v['xmin'] -= dx
+        v['xmax'] -= dx
+        v['ymin'] += dy
+        v['ymax'] += dy
     return Widget('canvas', 'Plot', PLOT_BOX, draw=draw, on_scroll=zoom, on_drag=pan, on_click=lambda app, x, y, n: None)
 
 def _edit_dialog_for(name):
@@ -286,8 +311,11 @@ def _edit_dialog_for(name):
         if p is not None and v:
             try: calc(v, {**app.state['vars'], 'x': 0.7}, app._deg())
             except CalcError as e:
-                if _unreadable(e): app.set_status(f'Error: {e}'); return
-            p['expr'] = v; app.ui['plot_sel'] = f'y = {v}'
+                if _unreadable(e):
+                    app.set_status(f'Error: {e}')
+                    return
+            p['expr'] = v
+            app.ui['plot_sel'] = f'y = {v}'
         app.close_dialog()
     return _field_dialog('Edit function', 'y =', 'Function', ok)
 
@@ -345,7 +373,9 @@ def _build(self):
         root.add(button((10, 612, 160, 642), 'Add', lambda app: app._add_plot(app.ui['fields'].get('Add function', ''))))
         def remove(app):
             p = app._plot_named(app.ui.get('plot_sel') or '')
-            if p: app.state['plots'].remove(p); app.ui['plot_sel'] = None
+            if p:
+                app.state['plots'].remove(p)
+                app.ui['plot_sel'] = None
         root.add(button((170, 612, 330, 642), 'Remove', remove, enabled=bool(sel)))
         root.add(checkbox((10, 652, 330, 676), 'Show grid', st['settings']['grid'], lambda app, v: app.state['settings'].update(grid=v)))
         root.add(_plot_canvas(self))

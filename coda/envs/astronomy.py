@@ -162,7 +162,9 @@ def date_from_jd(jd:float)->tuple:
     z, secs = divmod(total, 86400)
     al = math.floor((z - 1867216.25) / 36524.25)
     b = z + 1 + al - al // 4 + 1524
-    c = math.floor((b - 122.1) / 365.25); d = math.floor(365.25 * c); e = math.floor((b - d) / 30.6001)
+    c = math.floor((b - 122.1) / 365.25)
+    d = math.floor(365.25 * c)
+    e = math.floor((b - d) / 30.6001)
     day = b - d - math.floor(30.6001 * e)
     mo = e - 1 if e < 14 else e - 13
     return (c - 4716 if mo > 2 else c - 4715, mo, day, secs // 3600, secs % 3600 // 60, secs % 60)
@@ -215,7 +217,8 @@ def pole(tilt:float, node:float)->tuple:
 @functools.lru_cache(maxsize=None)
 def _elements(name:str)->tuple:
     "The constant factors of a body's orbit: a, e, a*sqrt(1-e^2) and the rotation into the ecliptic frame"
-    b = BODIES[name]; a, e = b['a_km'], b['e']
+    b = BODIES[name]
+    a, e = b['a_km'], b['e']
     i, O, w = math.radians(b['i']), math.radians(b['node']), math.radians(b['peri'] - b['node'])
     cO, sO, cw, sw, ci, si = math.cos(O), math.sin(O), math.cos(w), math.sin(w), math.cos(i), math.sin(i)
     return (a, e, a * math.sqrt(1 - e * e), cO * cw - sO * sw * ci, cO * sw + sO * cw * ci, sO * cw + cO * sw * ci, cO * cw * ci - sO * sw, sw, cw, si)
@@ -285,7 +288,10 @@ class _Glyphs:
         gs = [self.glyph(ch) for ch in text]
         xs, X, x0, x1, y0, y1 = [], 0, 0, 0, self.ascent, self.ascent   # (rows counted down from the ascender line)
         for adv, l, t, r, b, a, ink in gs:   # the text's box, as Pillow computes it (pen line included)
-            xs.append(X); x0, x1 = min(x0, X + l), max(x1, X + r); y0, y1 = min(y0, t), max(y1, b); X += adv
+            xs.append(X)
+            x0, x1 = min(x0, X + l), max(x1, X + r)
+            y0, y1 = min(y0, t), max(y1, b)
+            X += adv
         W, H = x1 - x0, y1 - y0
         if W <= 0 or H <= 0: return None
         out, inked = np.zeros((H, W), np.uint8), 0
@@ -295,7 +301,8 @@ class _Glyphs:
             h, w = a.shape
             if u >= inked: out[v:v + h, u:u + w] = a   # nothing drawn there yet
             else:   # over earlier glyphs: Pillow's blend, dst = src + dst * (255 - src) / 255 where both have ink
-                dst = out[v:v + h, u:u + w].astype(np.int32); src = a.astype(np.int32)
+                dst = out[v:v + h, u:u + w].astype(np.int32)
+                src = a.astype(np.int32)
                 tmp = dst * (255 - src) + 128
                 out[v:v + h, u:u + w] = np.where(src > 0, np.where(dst > 0, np.minimum(255, src + (((tmp >> 8) + tmp) >> 8)), src), dst)
             inked = max(inked, u + ink)
@@ -311,8 +318,11 @@ def _text_mask(text:str, size:int)->Image.Image|None:
     m = g.mask(text)
     if g.n_checked < 16 or not g.checked.issuperset(text):
         ref = _mask(text, size)
-        if (ref is None) != (m is None) or (m is not None and (m.size != ref.size or m.tobytes() != ref.tobytes())): g.ok = False; return ref
-        g.checked.update(text); g.n_checked += 1
+        if (ref is None) != (m is None) or (m is not None and (m.size != ref.size or m.tobytes() != ref.tobytes())):
+            g.ok = False
+            return ref
+        g.checked.update(text)
+        g.n_checked += 1
     return m
 
 def _clipped(text:str, size:int, clip:int|None, room:int)->str:
@@ -421,7 +431,8 @@ def _radec_line(ras, decs):
 
 FIGURES = {c: [_gc([eq_to_ecl(*_radec(n)) for n in line]) for line in lines] for c, lines in CONSTELLATIONS.items()}
 def _bounds(c):
-    ras = [_radec(n)[0] for line in CONSTELLATIONS[c] for n in line]; decs = [_radec(n)[1] for line in CONSTELLATIONS[c] for n in line]
+    ras = [_radec(n)[0] for line in CONSTELLATIONS[c] for n in line]
+    decs = [_radec(n)[1] for line in CONSTELLATIONS[c] for n in line]
     if max(ras) - min(ras) > 180: ras = [r - 360 if r > 180 else r for r in ras]
     r0, r1, d0, d1 = min(ras) - 5, max(ras) + 5, max(-89, min(decs) - 4), min(89, max(decs) + 4)
     k = np.linspace(0, 1, 40)
@@ -429,7 +440,8 @@ def _bounds(c):
             _radec_line(np.full(40, r0), d0 + (d1 - d0) * k), _radec_line(np.full(40, r1), d0 + (d1 - d0) * k)]
 BOUNDS = {c: _bounds(c) for c in CONSTELLATIONS}
 CENTRES = {c: tuple(np.mean(np.vstack(f), 0) / np.linalg.norm(np.mean(np.vstack(f), 0))) for c, f in FIGURES.items()}
-CONST_DIRS = np.array([eq_to_ecl(*v[:2]) for v in _CS.values()]); CONST_MAG = np.array([v[2] for v in _CS.values()])
+CONST_DIRS = np.array([eq_to_ecl(*v[:2]) for v in _CS.values()])
+CONST_MAG = np.array([v[2] for v in _CS.values()])
 
 def _grid(to_ecl):
     "Meridians every 15 degrees and parallels every 10 degrees of a frame, as unit-vector polylines in the ecliptic frame"
@@ -460,14 +472,16 @@ def _noise(seed:int, h:int, w:int, base:int=4, octaves:int=4)->np.ndarray:
     for o in range(octaves):
         g = rng.random((base * 2 ** o, base * 2 ** (o + 1)))
         out += amp * np.asarray(Image.fromarray((g * 255).astype(np.uint8), 'L').resize((w, h), Image.BILINEAR), np.float32) / 255
-        tot += amp; amp *= 0.5
+        tot += amp
+        amp *= 0.5
     lo, hi = out.min(), out.max()
     return (out - lo) / (hi - lo + 1e-9)
 
 @functools.lru_cache(maxsize=128)
 def texture(name:str, res:str='medium')->tuple:
     "(colour texture float32 (h, w, 3) in 0..1, cloud alpha or None, city-light mask or None) of a body"
-    h = TEX_SIZES[res]; w = 2 * h
+    h = TEX_SIZES[res]
+    w = 2 * h
     lat = np.linspace(np.pi / 2, -np.pi / 2, h)[:, None] * np.ones((1, w))
     n, n2 = _noise(_seed(name), h, w), _noise(_seed(name) + 1, h, w, base=8)
     col = np.array(BODIES[name]['color'] if name in BODIES else star_color(STARS[name]['spectral']), np.float32) / 255
@@ -476,7 +490,8 @@ def texture(name:str, res:str='medium')->tuple:
         pal = np.array(GAS[name], np.float32) / 255
         k = {'Jupiter': 7, 'Saturn': 5}.get(name, 3)
         band = (np.sin(lat * k * 2 + 0.6 * (n2 - 0.5)) * 0.5 + 0.5) * (len(pal) - 1)
-        i0 = np.floor(band).astype(int); f = (band - i0)[..., None]
+        i0 = np.floor(band).astype(int)
+        f = (band - i0)[..., None]
         tex = pal[i0] * (1 - f) + pal[np.minimum(i0 + 1, len(pal) - 1)] * f
         tex *= (0.94 + 0.12 * n2)[..., None]
         if name == 'Jupiter':  # the Great Red Spot
@@ -500,11 +515,13 @@ def texture(name:str, res:str='medium')->tuple:
         tex = col[None, None] * (0.92 + 0.12 * ((n2 if name != 'Venus' else np.sin(lat * 9 + 2 * n) * 0.5 + 0.5)[..., None]))
     else:
         tex = col[None, None] * (0.72 + 0.5 * (n[..., None] - 0.5) + 0.15 * n2[..., None])
-        img = Image.fromarray((np.clip(tex, 0, 1) * 255).astype(np.uint8)); d = ImageDraw.Draw(img)
+        img = Image.fromarray((np.clip(tex, 0, 1) * 255).astype(np.uint8))
+        d = ImageDraw.Draw(img)
         rng = np.random.default_rng(_seed(name) + 9)
         for _ in range(int(h * 0.4)):  # craters: a dark rim around a lighter floor
             x, y, r = rng.uniform(0, w), rng.uniform(h * 0.1, h * 0.9), rng.uniform(1, h / 18)
-            c = tuple(int(v * 255 * 0.55) for v in col); c2 = tuple(min(255, int(v * 255 * 1.05)) for v in col)
+            c = tuple(int(v * 255 * 0.55) for v in col)
+            c2 = tuple(min(255, int(v * 255 * 1.05)) for v in col)
             d.ellipse((x - r, y - r, x + r, y + r), fill=c2, outline=c)
         tex = np.asarray(img, np.float32) / 255
     return np.clip(tex, 0, 1).astype(np.float32), clouds, lights
@@ -520,18 +537,27 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
     s = max(1, math.ceil(max(x1 - x0, y1 - y0) / (400 if name in RINGS else 300)))   # big discs are computed coarser, then scaled up
     f32 = np.float32
     nx, ny = np.meshgrid(((np.arange(x0, x1, s) + s / 2 - cx) / R).astype(f32), ((np.arange(y0, y1, s) + s / 2 - cy) / R).astype(f32))
-    rho2 = nx * nx + ny * ny; inside = rho2 <= 1; rho = np.sqrt(rho2)
-    col = np.zeros((3,) + nx.shape, f32); alpha = np.zeros(nx.shape, f32)   # colour channel-first too
+    rho2 = nx * nx + ny * ny
+    inside = rho2 <= 1
+    rho = np.sqrt(rho2)
+    col = np.zeros((3,) + nx.shape, f32)
+    alpha = np.zeros(nx.shape, f32)   # colour channel-first too
     # the disc: only its pixels are textured and lit
-    mx, my = nx[inside], ny[inside]; mz = np.sqrt(np.clip(1 - mx * mx - my * my, 0, 1))
+    mx, my = nx[inside], ny[inside]
+    mz = np.sqrt(np.clip(1 - mx * mx - my * my, 0, 1))
     dotv = lambda v: mx * f32(_dot(cam.r, v)) - my * f32(_dot(cam.u, v)) - mz * f32(_dot(cam.f, v))   # surface normal . v
     tex, clouds, lights = texture(name, opts.get('res', 'medium'))
     th, tw = tex.shape[:2]
-    e1 = _unit(_cross(ax, (0.0, 0.0, 1.0) if abs(ax[2]) < 0.99 else (1.0, 0.0, 0.0))); e2 = _cross(ax, e1)
-    lat = np.arcsin(np.clip(dotv(ax), -1, 1)); lon = np.arctan2(dotv(e2), dotv(e1)) - f32(theta)
-    fi = np.clip((0.5 - lat / np.pi) * th - 0.5, 0, th - 1.001); fj = (lon / (2 * np.pi)) % 1.0 * tw - 0.5
-    ti, tj = fi.astype(int), np.floor(fj).astype(int); wi, wj = fi - ti, fj - tj
-    tj %= tw; tj1 = (tj + 1) % tw
+    e1 = _unit(_cross(ax, (0.0, 0.0, 1.0) if abs(ax[2]) < 0.99 else (1.0, 0.0, 0.0)))
+    e2 = _cross(ax, e1)
+    lat = np.arcsin(np.clip(dotv(ax), -1, 1))
+    lon = np.arctan2(dotv(e2), dotv(e1)) - f32(theta)
+    fi = np.clip((0.5 - lat / np.pi) * th - 0.5, 0, th - 1.001)
+    fj = (lon / (2 * np.pi)) % 1.0 * tw - 0.5
+    ti, tj = fi.astype(int), np.floor(fj).astype(int)
+    wi, wj = fi - ti, fj - tj
+    tj %= tw
+    tj1 = (tj + 1) % tw
     # colours are kept channel-first, (3, N), so that every product runs along the N pixels (the same arithmetic, faster)
     k00, k01, T, vj = ti * tw + tj, ti * tw + tj1, _texture_planes(name, opts.get('res', 'medium')), 1 - wj
     c = (T.take(k00, 1) * vj + T.take(k01, 1) * wj) * (1 - wi) + (T.take(k00 + tw, 1) * vj + T.take(k01 + tw, 1) * wj) * wi   # bilinear
@@ -541,7 +567,9 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
         glow, gcol = np.exp(-(rho - 1) * 3.0), np.array(opts.get('glow', (255, 240, 200)), f32) / 255
     else:
         lam = dotv(light)
-        if clouds is not None and opts.get('clouds'): cl = clouds.reshape(-1).take(k00); c = c * (1 - cl) + cl * 0.95
+        if clouds is not None and opts.get('clouds'):
+            cl = clouds.reshape(-1).take(k00)
+            c = c * (1 - cl) + cl * 0.95
         c = c * (np.clip(lam, 0, 1) * 0.97 + 0.03)
         if lights is not None and opts.get('night'):
             c = c + np.array([0.75, 0.58, 0.3], f32)[:, None] * (lights.reshape(-1).take(k00) & (lam < -0.05))
@@ -563,7 +591,8 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
     alpha[inside] = 1.0 if opts.get('emissive') else np.clip((1 - rho[inside]) * R / s + 0.5, 0, 1)
     if glow is not None:
         out = ~inside & (glow > 0.004)
-        col[:, out] = gcol[:, None]; alpha[out] = np.maximum(alpha[out], glow[out])
+        col[:, out] = gcol[:, None]
+        alpha[out] = np.maximum(alpha[out], glow[out])
     if name in RINGS:   # where each pixel's ray meets the ring plane, and whether that is in front of the planet
         r_in, r_out = RINGS[name]
         fa = _dot(cam.f, ax)
@@ -593,13 +622,15 @@ class Camera:
         self.O, self.f = O, _unit(fwd)
         r = _cross(self.f, up)
         if _norm(r) < 1e-9: r = _cross(self.f, (0.0, 1.0, 0.0) if abs(self.f[1]) < 0.9 else (1.0, 0.0, 0.0))
-        self.r = _unit(r); self.u = _cross(self.r, self.f)
+        self.r = _unit(r)
+        self.u = _cross(self.r, self.f)
         self.w, self.h, self.fov = w, h, fov
         self.focal = (h / 2) / math.tan(math.radians(fov) / 2)
         self.M = np.array([self.r, self.u, self.f])
     def project(self, P)->tuple|None:
         "(x, y, depth) of a world point, or None behind the camera"
-        d = _sub(P, self.O); z = _dot(d, self.f)
+        d = _sub(P, self.O)
+        z = _dot(d, self.f)
         if z <= 0: return None
         return (self.w / 2 + self.focal * _dot(d, self.r) / z, self.h / 2 - self.focal * _dot(d, self.u) / z, z)
     def project_dir(self, v)->tuple|None:
@@ -609,7 +640,8 @@ class Camera:
     def project_many(self, pts:np.ndarray, dirs:bool=False)->tuple:
         "(x, y, ok) arrays for N world points (or directions)"
         c = (pts if dirs else pts - np.array(self.O)) @ self.M.T
-        z = c[:, 2]; ok = z > (1e-6 if dirs else 0)
+        z = c[:, 2]
+        ok = z > (1e-6 if dirs else 0)
         zz = np.where(ok, z, 1.0)
         return self.w / 2 + self.focal * c[:, 0] / zz, self.h / 2 - self.focal * c[:, 1] / zz, ok
     def in_view(self, x, y, margin=0)->bool: return -margin <= x < self.w + margin and -margin <= y < self.h + margin
@@ -699,7 +731,8 @@ class Astronomy(SciApp):
     def init_select(self, name:str): self.select(_known(name))
     def init_goto(self, name:str, distance:float|None=None):
         if distance is not None and distance < 0: raise ValueError("field 'distance' must be at least 0")
-        self.select(_known(name)); self.goto(name, distance)
+        self.select(_known(name))
+        self.goto(name, distance)
     def init_render(self, **flags:bool): self.state['render'].update(_flags(flags, RENDER_DEFAULT))
     def init_orbits(self, **flags:bool): self.state['orbits'].update(_flags(flags, ORBITS_DEFAULT))
     def init_labels(self, **flags:bool): self.state['labels'].update(_flags(flags, LABELS_DEFAULT))
@@ -731,7 +764,8 @@ class Astronomy(SciApp):
         ob['offset'] = _sub(O, self.pos(ob['ref']))
     def layout(self)->dict:
         "The boxes of the canvas and the docks for the panels shown"
-        p = self.state['panels']; top = TOP if p['toolbar'] else 54
+        p = self.state['panels']
+        top = TOP if p['toolbar'] else 54
         dock = p['browser'] or p['info']
         canvas = (DOCK + 4 if dock else 2, top, W - 2, BOTTOM)
         if p['browser'] and p['info']: browser, info = (2, top, DOCK, 480), (2, 484, DOCK, BOTTOM)
@@ -739,11 +773,13 @@ class Astronomy(SciApp):
         return dict(canvas=canvas, browser=browser, info=info, top=top)
     def camera(self)->Camera:
         "The 3D view's camera (memoized on everything it is computed from; treat it as read-only)"
-        st = self.state; ob = st['observer']
+        st = self.state
+        ob = st['observer']
         key = (self.layout()['canvas'], st['time']['jd'], ob['ref'], tuple(ob['offset']), tuple(ob['forward']), tuple(ob['up']), st['fov'], st['track'])
         if self._cam[0] == key: return self._cam[1]
         x1, y1, x2, y2 = key[0]
-        O = self.observer(); fwd = ob['forward']
+        O = self.observer()
+        fwd = ob['forward']
         if st['track']: fwd = _unit(_sub(self.pos(st['track']), O))
         cam = Camera(O, fwd, ob['up'], st['fov'], x2 - x1, y2 - y1)
         self._cam = (key, cam)
@@ -761,26 +797,35 @@ class Astronomy(SciApp):
     def goto(self, name=None, distance=None, direction=None):
         "Travel to an object, stopping `distance` km above its surface (default: GOTO_RADII radii), facing it"
         name = name or self.state['selection']
-        if not name: self.set_status('Nothing selected'); return
+        if not name:
+            self.set_status('Nothing selected')
+            return
         O, P, r = self.observer(), self.pos(name), self.radius(name)
         d = _unit(direction) if direction else _unit(_sub(P, O)) if _norm(_sub(P, O)) > 0 else self.camera().f
         alt = GOTO_RADII * r if distance is None else max(0.0, float(distance))
         ob = self.state['observer']
-        if direction: ob['ref'], ob['offset'] = name, _mul(d, r + alt); d = _mul(d, -1)
+        if direction:
+            ob['ref'], ob['offset'] = name, _mul(d, r + alt)
+            d = _mul(d, -1)
         else: ob['ref'], ob['offset'] = name, _mul(d, -(r + alt))
         ob['forward'] = d
         self.state['follow'] = self.state['track'] = None
         self.set_status(f'Travelling to {name}')
     def centre(self):
         s = self.state['selection']
-        if not s: self.set_status('Nothing selected'); return
+        if not s:
+            self.set_status('Nothing selected')
+            return
         self.state['observer']['forward'] = _unit(_sub(self.pos(s), self.observer()))
         self.state['track'] = None if self.state['track'] != s else s
     def follow(self):
         s = self.state['selection']
         if not s: return
-        O = self.observer(); self.state['observer']['ref'] = s; self._set_observer(O)
-        self.state['follow'] = s; self.set_status(f'Following {s}')
+        O = self.observer()
+        self.state['observer']['ref'] = s
+        self._set_observer(O)
+        self.state['follow'] = s
+        self.set_status(f'Following {s}')
     def track(self):
         s = self.state['selection']
         self.state['track'] = None if (not s or self.state['track'] == s) else s
@@ -789,18 +834,21 @@ class Astronomy(SciApp):
         "Move toward (factor < 1) or away from the selection (or the reference body)"
         c = self.state['selection'] or self.state['observer']['ref']
         C, O, r = self.pos(c), self.observer(), self.radius(c)
-        v = _sub(O, C); dist = _norm(v)
+        v = _sub(O, C)
+        dist = _norm(v)
         new = min(max(dist * factor, r * 1.02), 2e7 * LY)
         self._set_observer(_add(C, _mul(_unit(v), new)))
     def orbit(self, yaw:float, pitch:float):
         "Orbit the camera around the selection (or the reference body) by yaw and pitch radians"
-        cam = self.camera(); ob = self.state['observer']
+        cam = self.camera()
+        ob = self.state['observer']
         c = self.state['selection'] or ob['ref']
         C, O = self.pos(c), self.observer()
         v, f, u = _sub(O, C), cam.f, cam.u
         for axis_, ang in ((cam.u, yaw), (cam.r, pitch)):
             v, f, u = _rot(v, axis_, ang), _rot(f, axis_, ang), _rot(u, axis_, ang)
-        self._set_observer(_add(C, v)); ob['forward'], ob['up'] = f, u
+        self._set_observer(_add(C, v))
+        ob['forward'], ob['up'] = f, u
     def zoom_fov(self, factor):
         self.state['fov'] = min(120.0, max(0.01, self.state['fov'] * factor))
 
@@ -813,13 +861,15 @@ class Astronomy(SciApp):
         for a in actions: self.act(a)
         t = self.state['time']
         if not t['pause']:   # one step stands for one second of wall-clock time
-            t['jd'] = min(JD_MAX, max(JD_MIN, t['jd'] + t['scale'] / 86400.0)); self._dirty()
+            t['jd'] = min(JD_MAX, max(JD_MIN, t['jd'] + t['scale'] / 86400.0))
+            self._dirty()
         self.n_steps += 1
         return self.observe()
 
     # ---- flags, marks, bookmarks, images
     def toggle(self, group, key):
-        g = self.state[group]; g[key] = not g[key]
+        g = self.state[group]
+        g[key] = not g[key]
     def toggle_mark(self, name, mark):
         ms = self.state['marks'].setdefault(name, [])
         if mark in ms: ms.remove(mark)
@@ -830,13 +880,16 @@ class Astronomy(SciApp):
         else: h.append(name)
     def add_bookmark(self, name):
         name = name.strip()
-        if not name: self.set_status('A bookmark needs a name'); return False
+        if not name:
+            self.set_status('A bookmark needs a name')
+            return False
         ob, tgt = self.state['observer'], self.state['selection'] or self.state['observer']['ref']
         self.state['bookmarks'] = [b for b in self.state['bookmarks'] if b['name'] != name]
         self.state['bookmarks'].append(dict(name=name, target=tgt, ref=ob['ref'], offset=ob['offset'], forward=ob['forward'], up=ob['up'],
                                             fov=self.state['fov'], jd=self.state['time']['jd'],
                                             distance=_norm(_sub(self.pos(tgt), self.observer())) - self.radius(tgt)))
-        self.set_status(f'Bookmark {name} added'); return True
+        self.set_status(f'Bookmark {name} added')
+        return True
     def goto_bookmark(self, name):
         b = next((b for b in self.state['bookmarks'] if b['name'] == name), None)
         if b is None: return
@@ -850,14 +903,22 @@ class Astronomy(SciApp):
         "For every object: drawn, in front of the camera, inside the view, and not behind a nearer body"
         cam, O = self.camera(), self.observer()
         occ = [(n, self.pos(n), b['radius']) for n, b in BODIES.items() if self.drawn(n)]
-        V = np.array([_sub(p, O) for _, p, _ in occ]); R2 = np.array([r for *_, r in occ]) ** 2; names = [n for n, *_ in occ]
+        V = np.array([_sub(p, O) for _, p, _ in occ])
+        R2 = np.array([r for *_, r in occ]) ** 2
+        names = [n for n, *_ in occ]
         vn2 = (V * V).sum(1)
         out = {}
         for n in OBJECTS:
-            if not self.drawn(n): out[n] = False; continue
+            if not self.drawn(n):
+                out[n] = False
+                continue
             p = cam.project(self.pos(n))
-            if p is None or not cam.in_view(p[0], p[1]): out[n] = False; continue
-            d = _sub(self.pos(n), O); dist = _norm(d); u = np.array(d) / dist
+            if p is None or not cam.in_view(p[0], p[1]):
+                out[n] = False
+                continue
+            d = _sub(self.pos(n), O)
+            dist = _norm(d)
+            u = np.array(d) / dist
             t = V @ u
             blocked = (t > 0) & (t < dist) & (vn2 - t * t < R2)
             out[n] = not any(b and m != n for b, m in zip(blocked, names))
@@ -894,7 +955,9 @@ def fmt_dist(km:float)->str:
     return f'{km / LY:,.3f} ly'
 
 def fmt_fov(fov:float)->str:
-    d = int(fov); m = int((fov - d) * 60); s = int(round(((fov - d) * 60 - m) * 60)) % 60
+    d = int(fov)
+    m = int((fov - d) * 60)
+    s = int(round(((fov - d) * 60 - m) * 60)) % 60
     return f"FOV: {d}\u00b0 {m:02d}' {s:02d}\""
 
 @functools.lru_cache(maxsize=1024)
@@ -939,13 +1002,16 @@ def _star_sets(limit:float)->tuple:
 
 def _sky_layer(app, cam)->Image.Image:
     "Glow, grids, constellations and field stars for this camera orientation (cached)"
-    st = app.state; rd = st['render']
+    st = app.state
+    rd = st['render']
     f, u = tuple(round(v, 9) for v in cam.f), tuple(round(v, 9) for v in cam.u)
     key = (cam.w, cam.h, f, u, cam.fov, st['limiting_magnitude'], st['star_style'],
            tuple(rd[k] for k in ('stars', 'constellations', 'boundaries', 'equatorial_grid', 'ecliptic_grid', 'galactic_grid', 'ecliptic_line')),
            st['labels']['constellation'])
     img = app._sky.pop(key, None)
-    if img is not None: app._sky[key] = img; return img   # the most recently used last
+    if img is not None:
+        app._sky[key] = img
+        return img   # the most recently used last
     cam = Camera(cam.O, f, u, cam.fov, cam.w, cam.h)   # drawn from the key alone, so the cache never changes what is drawn
     w, h = cam.w, cam.h
     gx, gy = ((np.arange(2, w + 4, 4) - w / 2) / cam.focal)[None, :], ((np.arange(2, h + 4, 4) - h / 2) / cam.focal)[:, None]
@@ -953,7 +1019,8 @@ def _sky_layer(app, cam)->Image.Image:
     for k in range(3): dirs[..., k] = gx * cam.r[k] - gy * cam.u[k] + cam.f[k]
     g = (dirs @ ECL_TO_GAL.T).astype(np.float32)
     gx_, gy_, gz_ = (np.ascontiguousarray(g[..., k]) for k in range(3))
-    n2 = gx_ * gx_ + gy_ * gy_; z2 = gz_ * gz_ / (n2 + gz_ * gz_)              # sin^2 of galactic latitude
+    n2 = gx_ * gx_ + gy_ * gy_
+    z2 = gz_ * gz_ / (n2 + gz_ * gz_)              # sin^2 of galactic latitude
     cl = gx_ / np.sqrt(n2 + 1e-12)                                             # cos of galactic longitude
     glow = np.exp(-z2 / 0.04) * (0.35 + 0.325 * (1 + cl)) * (0.85 + 0.15 * np.sin(9 * gy_ + 5 * gz_)) * (1.0 if rd['stars'] else 0.0)
     base = np.empty(glow.shape + (3,), np.uint8)
@@ -1006,17 +1073,21 @@ def _draw_orbits(app, d, cam, pos, helio=None):
         if (helio is not None and _ORB_HELIO[i] != helio) or n in hidden or not (flags[_ORB_KIND[i]] or n == sel): continue
         p = _ORB_PARENT[i]
         if p not in centres:
-            P = pos[p]; dx, dy, dz = P[0] - O[0], P[1] - O[1], P[2] - O[2]
+            P = pos[p]
+            dx, dy, dz = P[0] - O[0], P[1] - O[1], P[2] - O[2]
             centres[p] = (dx * r0 + dy * r1 + dz * r2, dx * u0 + dy * u1 + dz * u2, dx * f0 + dy * f1 + dz * f2)
         # leave out orbits that surely project smaller than the 4 pixels asked below: an orbit lies within `_ORB_R` of its
         # parent, and a ball of radius r at depth z > r spans at most 2 f r (1 + max(|x|, |y|) / z) / (z - r) pixels
-        X, Y, Z = centres[p]; r = _ORB_R[i]
+        X, Y, Z = centres[p]
+        r = _ORB_R[i]
         if Z > r and 2 * F * r * (1 + max(abs(X), abs(Y)) / Z) / (Z - r) < 3.5: continue
         idx.append(i)
     if not idx: return
     pts = _ORB_PTS[idx] + np.array([pos[_ORB_PARENT[i]] for i in idx])[:, None, :]
     c = (pts - np.array(O)) @ cam.M.T   # the arithmetic of Camera.project_many, for every orbit at once
-    z = c[..., 2]; ok = z > 0; zz = np.where(ok, z, 1.0)
+    z = c[..., 2]
+    ok = z > 0
+    zz = np.where(ok, z, 1.0)
     x, y = cam.w / 2 + F * c[..., 0] / zz, cam.h / 2 - F * c[..., 1] / zz
     if ok.all(): xl, xh, yl, yh, many = x.min(1), x.max(1), y.min(1), y.max(1), True
     else:
@@ -1027,7 +1098,8 @@ def _draw_orbits(app, d, cam, pos, helio=None):
     if not js: return
     cols = []
     for j in js:
-        n = _ORB_NAMES[idx[j]]; col = ORBIT_COLORS[_ORB_KIND[idx[j]]]
+        n = _ORB_NAMES[idx[j]]
+        col = ORBIT_COLORS[_ORB_KIND[idx[j]]]
         cols.append(tuple(min(255, int(v * 1.7)) for v in col) if n == sel else col)
     draw_polylines(d, x[js].ravel(), y[js].ravel(), ok[js].ravel(), [x.shape[1]] * len(js), cols)
 
@@ -1047,15 +1119,19 @@ _STAR_P = [STARS[n]['pos'] for n in _OBJ_NAMES if n not in BODIES]
 assert _OBJ_NAMES == list(BODIES) + list(STARS)
 
 def _draw_objects(app, img, d, cv, cam, pos):
-    st = app.state; O = cam.O; limit, style = st['limiting_magnitude'], st['star_style']
+    st = app.state
+    O = cam.O
+    limit, style = st['limiting_magnitude'], st['star_style']
     jd, sel = st['time']['jd'], st['selection']
     Ps = [pos[n] for n in BODIES] + _STAR_P
     d_ = np.array(Ps) - np.array(O)   # Camera.project's arithmetic, in the same order, for every object at once
     dx, dy, dz = d_[:, 0], d_[:, 1], d_[:, 2]
-    z = dx * cam.f[0] + dy * cam.f[1] + dz * cam.f[2]; zz = np.where(z > 0, z, 1.0)
+    z = dx * cam.f[0] + dy * cam.f[1] + dz * cam.f[2]
+    zz = np.where(z > 0, z, 1.0)
     x_ = cam.w / 2 + cam.focal * (dx * cam.r[0] + dy * cam.r[1] + dz * cam.r[2]) / zz
     y_ = cam.h / 2 - cam.focal * (dx * cam.u[0] + dy * cam.u[1] + dz * cam.u[2]) / zz
-    R_ = cam.focal * _OBJ_R / zz; m_ = R_ * 3 + 40
+    R_ = cam.focal * _OBJ_R / zz
+    m_ = R_ * 3 + 40
     drawn = np.where(_IS_STAR, st['render']['stars'], st['render']['planets'])   # what `app.drawn` says, but for hidden objects
     on = drawn & (z > 0) & (-m_ <= x_) & (x_ < cam.w + m_) & (-m_ <= y_) & (y_ < cam.h + m_)
     dist_, hid = np.sqrt(dx * dx + dy * dy + dz * dz).tolist(), st['hidden']
@@ -1064,7 +1140,8 @@ def _draw_objects(app, img, d, cv, cam, pos):
     items.sort(key=lambda t: -t[0])
     labels = []
     for dist, n, x, y, R, P in items:
-        o = OBJECTS[n]; star = o['kind'] == 'star'
+        o = OBJECTS[n]
+        star = o['kind'] == 'star'
         col = star_color(o.get('spectral', 'G2V')) if star else o['color']
         if R >= 1.5:
             emissive = star
@@ -1108,8 +1185,12 @@ def _draw_objects(app, img, d, cv, cam, pos):
         for mk in st['marks'].get(n, []):
             r = o['radius']
             if mk == 'body_axes':
-                th = spin(n, jd); a_ = axis(n); e1 = _unit(_cross(a_, (0.0, 0.0, 1.0) if abs(a_[2]) < 0.99 else (1.0, 0.0, 0.0))); e2 = _cross(a_, e1)
-                bx = _add(_mul(e1, math.cos(th)), _mul(e2, math.sin(th))); by = _cross(a_, bx)
+                th = spin(n, jd)
+                a_ = axis(n)
+                e1 = _unit(_cross(a_, (0.0, 0.0, 1.0) if abs(a_[2]) < 0.99 else (1.0, 0.0, 0.0)))
+                e2 = _cross(a_, e1)
+                bx = _add(_mul(e1, math.cos(th)), _mul(e2, math.sin(th)))
+                by = _cross(a_, bx)
                 for v, c, t in ((bx, (230, 80, 80), 'x'), (by, (80, 210, 80), 'y'), (a_, (90, 130, 255), 'z')): _arrow(d, cv, cam, P, v, 2.2 * r, c, t)
             elif mk == 'frame_axes':
                 for v, c, t in (((1.0, 0, 0), (255, 150, 150), 'X'), ((0, 1.0, 0), (150, 255, 150), 'Y'), ((0, 0, 1.0), (150, 170, 255), 'Z')): _arrow(d, cv, cam, P, v, 2.6 * r, c, t)
@@ -1134,9 +1215,12 @@ def _draw_objects(app, img, d, cv, cam, pos):
         if cam.in_view(x, y): cv.text((x + max(R, 4) * 0.75 + 6, y - max(R, 4) * 0.75 - 14), n, (255, 190, 190) if n == sel else LABEL_COLORS[kind], 12)
 
 def _draw_hud(app, cv, cam, pos):
-    st = app.state; sel = st['selection']; w, h = cam.w, cam.h
+    st = app.state
+    sel = st['selection']
+    w, h = cam.w, cam.h
     if sel:
-        o = OBJECTS[sel]; dist = _norm(_sub(app.pos(sel), cam.O)) - o['radius']
+        o = OBJECTS[sel]
+        dist = _norm(_sub(app.pos(sel), cam.O)) - o['radius']
         lines = [f'Distance: {fmt_dist(dist)}']
         if sel in STARS: lines += [f"Abs (app) mag: {o['absmag']:.2f} ({o['appmag']:.2f})", f"Class: {o['spectral']}", f"Radius: {o['rsun']:.2f} Rsun"]
         else:
@@ -1165,12 +1249,18 @@ def _view(app, cam, pos)->Image.Image:
     d, c2 = ImageDraw.Draw(img), _Canvas(img)
     if cache.get('bkey') == bkey and cache.get('sky') is sky: img.paste(cache['base'])
     elif cache.get('moving'):   # the camera moved last frame too (it rides along with a body): keeping a base would not pay
-        img.paste(sky); _draw_orbits(app, d, cam, pos, helio=True); cache.update(bkey=bkey, sky=None)
+        img.paste(sky)
+        _draw_orbits(app, d, cam, pos, helio=True)
+        cache.update(bkey=bkey, sky=None)
     else:
         cache['bkey'] = None
-        base = _buffer(cache, 'base', sky.size); base.paste(sky); _draw_orbits(app, ImageDraw.Draw(base), cam, pos, helio=True)
-        cache.update(bkey=bkey, sky=sky); img.paste(base)
-    cache['moving'] = cache.get('last_cam') not in (None, bkey); cache['last_cam'] = bkey
+        base = _buffer(cache, 'base', sky.size)
+        base.paste(sky)
+        _draw_orbits(app, ImageDraw.Draw(base), cam, pos, helio=True)
+        cache.update(bkey=bkey, sky=sky)
+        img.paste(base)
+    cache['moving'] = cache.get('last_cam') not in (None, bkey)
+    cache['last_cam'] = bkey
     _draw_orbits(app, d, cam, pos, helio=False)
     _draw_objects(app, img, d, c2, cam, pos)
     _draw_hud(app, c2, cam, pos)
@@ -1190,7 +1280,9 @@ def _canvas_draw(app):
         x1, y1, x2, y2 = w.box
         img = _view(app, app.camera(), app.positions())
         if isinstance(cv, _Rec): cv.ops.append(('view', tuple(w.box), app._view['version']))   # see `Astronomy.screenshot`
-        else: cv.img.paste(img, (x1, y1)); cv.rect(w.box, outline=COL['border'])
+        else:
+            cv.img.paste(img, (x1, y1))
+            cv.rect(w.box, outline=COL['border'])
         _draw_children(cv, w)
     return draw
 
@@ -1228,7 +1320,9 @@ def _canvas(app, box):
         if hit and n == 2: app.centre()
     def right(app, x, y):
         hit = pick(app, x - x1, y - y1)
-        if hit: app.select(hit); app.context_menu(object_menu(app, hit), x, y)
+        if hit:
+            app.select(hit)
+            app.context_menu(object_menu(app, hit), x, y)
     def scroll(app, d, x, y):
         if d in ('up', 'down'): app.dolly(1 / DOLLY if d == 'up' else DOLLY)
         else: app.orbit(math.radians(10 if d == 'left' else -10), 0.0)
@@ -1240,7 +1334,8 @@ def _canvas(app, box):
         def enter(app, text):
             n = lookup(text)
             app.select(n) if n else app.set_status(f'Object not found: {text.strip()}')
-            app.ui.update(entry=False, focus=None); app.ui['fields']['Target name'] = ''
+            app.ui.update(entry=False, focus=None)
+            app.ui['fields']['Target name'] = ''
         w.add(label((x1 + 10, box[3] - 86, x1 + 110, box[3] - 66), 'Target name:', fill=(220, 220, 230)))
         w.add(text_field(app, (x1 + 110, box[3] - 90, x1 + 400, box[3] - 62), 'Target name', on_enter=enter))
     return w
@@ -1259,7 +1354,8 @@ def _tree_rows(app)->list:
     return out
 
 def _star_rows(app, q)->list:
-    b = app.state['browser']; key = dict((c, k) for c, k, _ in STAR_COLS)[b['sort']]
+    b = app.state['browser']
+    key = dict((c, k) for c, k, _ in STAR_COLS)[b['sort']]
     rows = [s for s in STARS.values() if q in s['name'].lower()]
     return [s['name'] for s in sorted(rows, key=lambda s: (s[key], s['name']), reverse=b['desc'])]
 
@@ -1271,7 +1367,9 @@ def search_enter(app, text):
     tab = app.state['browser']['tab']
     pool = [n for n in (BODIES if tab == 'Solar System' else STARS) if q in n.lower()]
     hit = exact or (pool[0] if pool else next((n for n in OBJECTS if q in n.lower()), None))
-    if hit is None: app.set_status(f'Object not found: {text.strip()}'); return
+    if hit is None:
+        app.set_status(f'Object not found: {text.strip()}')
+        return
     app.state['browser']['tab'] = 'Stars' if hit in STARS else 'Solar System'
     if hit in BODIES:   # reveal it in the tree
         p = BODIES[hit]['parent']
@@ -1299,13 +1397,18 @@ def _rows(app, box, name, items:list, draw_row, row_h=21, on_double=None):
             app.select(it)
             if n == 2 and on_double: on_double(app, it, x)
             elif on_double and n == 1: on_double(app, it, x, arrow_only=True)
-        def right(app, x, y, it=it): app.select(it); app.context_menu(object_menu(app, it), x, y)
+        def right(app, x, y, it=it):
+            app.select(it)
+            app.context_menu(object_menu(app, it), x, y)
         lst.children.append(Widget('list item', it, (box[0] + 2, y, box[2] - 8, y + row_h), states + (('selected',) if it == sel else ()),
                                    draw=draw, on_click=click, on_right=right, on_scroll=scroll))
     def draw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
         if len(items) > fit:
-            hh = w.box[3] - w.box[1]; top = w.box[1] + hh * off / len(items); bot = w.box[1] + hh * min(1, (off + fit) / len(items))
+            hh = w.box[3] - w.box[1]
+            top = w.box[1] + hh * off / len(items)
+            bot = w.box[1] + hh * min(1, (off + fit) / len(items))
             cv.rect((w.box[2] - 6, top, w.box[2] - 2, bot), fill=COL['border'])
     lst.draw = draw
     return lst
@@ -1351,7 +1454,9 @@ def _browser(app, box):
         for (c, k, wd), xa in zip(STAR_COLS, xs):
             arrow = (' v' if b['desc'] else ' ^') if b['sort'] == c else ''
             def sort(app, c=c):
-                bb = app.state['browser']; bb['desc'] = (not bb['desc']) if bb['sort'] == c else False; bb['sort'] = c
+                bb = app.state['browser']
+                bb['desc'] = (not bb['desc']) if bb['sort'] == c else False
+                bb['sort'] = c
             pnl.add(button((xa, top, xa + wd - 2, top + 22), c + arrow, sort))
         def draw_row(cv, bx, it):
             s = STARS[it]
@@ -1368,8 +1473,12 @@ def info_lines(name:str)->list:
     o = OBJECTS[name]
     if name in STARS:
         L = 10 ** ((4.83 - o['absmag']) / 2.5)
-        ra = o['ra'] / 15; h_, m_ = int(ra), int((ra - int(ra)) * 60); s_ = int(round(((ra - h_) * 60 - m_) * 60)) % 60
-        dec = abs(o['dec']); dd, dm = int(dec), int((dec - int(dec)) * 60); ds = int(round(((dec - dd) * 60 - dm) * 60)) % 60
+        ra = o['ra'] / 15
+        h_, m_ = int(ra), int((ra - int(ra)) * 60)
+        s_ = int(round(((ra - h_) * 60 - m_) * 60)) % 60
+        dec = abs(o['dec'])
+        dd, dm = int(dec), int((dec - int(dec)) * 60)
+        ds = int(round(((dec - dd) * 60 - dm) * 60)) % 60
         return ['Type: Star', f"Spectral class: {o['spectral']}", f"Distance: {o['dist']:.2f} ly", f"Apparent magnitude: {o['appmag']:.2f}",
                 f"Absolute magnitude: {o['absmag']:.2f}", f"Luminosity: {L:.3g} x Sun", f"Surface temperature: {o['temp']} K",
                 f"Radius: {o['rsun']:.2f} Rsun ({o['radius']:,.0f} km)", f'RA: {h_}h {m_:02d}m {s_:02d}s',
@@ -1390,7 +1499,8 @@ def _info(app, box):
     pnl.add(label((x1 + 8, y1 + 3, x2, y1 + 21), 'Info', fill=COL['title'], role='heading'))
     sel = app.state['selection']
     if not sel:
-        pnl.add(label((x1 + 10, y1 + 30, x2 - 6, y1 + 50), 'No object selected.', fill=COL['dim'])); return pnl
+        pnl.add(label((x1 + 10, y1 + 30, x2 - 6, y1 + 50), 'No object selected.', fill=COL['dim']))
+        return pnl
     pnl.add(label((x1 + 10, y1 + 26, x2 - 6, y1 + 48), sel, size=17, role='heading'))
     for i, t in enumerate(info_lines(sel)):
         if y1 + 54 + i * 20 + 18 > y2: break
@@ -1409,10 +1519,14 @@ def radio(box, name, on, choose)->Widget:
 
 def _prefill(app, focus=None, **fields):
     app.ui['fields'].update(fields)
-    if focus: app.ui['focus'] = focus; app.ui['select_all'] = focus
+    if focus:
+        app.ui['focus'] = focus
+        app.ui['select_all'] = focus
 
 def _titled(title):
-    def deco(f): f.title = title; return f
+    def deco(f):
+        f.title = title
+        return f
     return deco
 
 @_titled('Find Object')
@@ -1422,8 +1536,11 @@ def find_dialog(app):
     matches = [n for n in OBJECTS if q and q in n.lower()][:60]
     def act(app, how):
         n = lookup(app.ui['fields'].get('Object name', '')) or (matches[0] if len(matches) == 1 else None)
-        if not n: app.set_status(f"Object not found: {app.ui['fields'].get('Object name', '').strip()}"); return
-        app.close_dialog(); app.select(n)
+        if not n:
+            app.set_status(f"Object not found: {app.ui['fields'].get('Object name', '').strip()}")
+            return
+        app.close_dialog()
+        app.select(n)
         if how == 'centre': app.centre()
         if how == 'goto': app.goto(n)
     return dialog('Find Object', (x, y, x + 420, y + 330), [
@@ -1447,19 +1564,27 @@ def goto_dialog(app):
     def go(app):
         f = app.ui['fields']
         n = lookup(f.get('Object', ''))
-        if not n: app.set_status(f"Object not found: {f.get('Object', '').strip()}"); return
+        if not n:
+            app.set_status(f"Object not found: {f.get('Object', '').strip()}")
+            return
         dist = None
         if f.get('Distance', '').strip():
             v = _num(f['Distance'])
-            if v is None or v < 0: app.set_status('Distance must be a number of at least 0'); return
+            if v is None or v < 0:
+                app.set_status('Distance must be a number of at least 0')
+                return
             dist = v * {'km': 1.0, 'radii': OBJECTS[n]['radius'], 'AU': AU}[app.ui.get('goto_unit', 'km')]
         direction = None
         if f.get('Latitude', '').strip() or f.get('Longitude', '').strip():
             la, lo = _num(f.get('Latitude') or '0'), _num(f.get('Longitude') or '0')
-            if la is None or lo is None or not -90 <= la <= 90: app.set_status('Latitude must be -90..90 and longitude a number'); return
+            if la is None or lo is None or not -90 <= la <= 90:
+                app.set_status('Latitude must be -90..90 and longitude a number')
+                return
             la, lo = math.radians(la), math.radians(lo)
             direction = (math.cos(la) * math.cos(lo), math.cos(la) * math.sin(lo), math.sin(la))
-        app.close_dialog(); app.select(n); app.goto(n, dist, direction)
+        app.close_dialog()
+        app.select(n)
+        app.goto(n, dist, direction)
     rows = [('Object', 'Object:'), ('Latitude', 'Latitude (deg):'), ('Longitude', 'Longitude (deg):'), ('Distance', 'Distance:')]
     kids = []
     for i, (fn, lab) in enumerate(rows):
@@ -1477,14 +1602,21 @@ def goto_dialog(app):
 def time_dialog(app):
     x, y = 440, 230
     def ok(app):
-        f = app.ui['fields']; jtxt = f.get('Julian date', '').strip()
+        f = app.ui['fields']
+        jtxt = f.get('Julian date', '').strip()
         if jtxt != app.ui.get('jd_shown'):
             jd = _num(jtxt)
-            if jd is None or not JD_MIN <= jd <= JD_MAX: app.set_status(f'Julian date must be between {JD_MIN} and {JD_MAX}'); return
+            if jd is None or not JD_MIN <= jd <= JD_MAX:
+                app.set_status(f'Julian date must be between {JD_MIN} and {JD_MAX}')
+                return
         else:
             jd = parse_date(f.get('Date', ''), f.get('Time', ''))
-            if jd is None: app.set_status('Date must be YYYY-MM-DD and time HH:MM:SS (UTC)'); return
-        app.state['time']['jd'] = jd; app.close_dialog(); app.set_status(f'Time set to {fmt_date(jd)}')
+            if jd is None:
+                app.set_status('Date must be YYYY-MM-DD and time HH:MM:SS (UTC)')
+                return
+        app.state['time']['jd'] = jd
+        app.close_dialog()
+        app.set_status(f'Time set to {fmt_date(jd)}')
     kids = []
     for i, (fn, lab) in enumerate((('Date', 'Date (YYYY-MM-DD):'), ('Time', 'Time (HH:MM:SS, UTC):'), ('Julian date', 'Julian date:'))):
         kids += [label((x + 20, y + 44 + i * 40, x + 180, y + 64 + i * 40), lab),
@@ -1494,8 +1626,10 @@ def time_dialog(app):
     return dialog('Set Time', (x, y, x + 400, y + 214), kids)
 
 def open_time(app):
-    jd = app.state['time']['jd']; y, mo, d, h, mi, s = date_from_jd(jd)
-    app.open_dialog(time_dialog); app.ui['jd_shown'] = f'{jd:.5f}'
+    jd = app.state['time']['jd']
+    y, mo, d, h, mi, s = date_from_jd(jd)
+    app.open_dialog(time_dialog)
+    app.ui['jd_shown'] = f'{jd:.5f}'
     _prefill(app, 'Date', Date=f'{y:04d}-{mo:02d}-{d:02d}', Time=f'{h:02d}:{mi:02d}:{s:02d}', **{'Julian date': f'{jd:.5f}'})
 
 VO_TABS = ('Render', 'Orbits', 'Labels', 'Guides')
@@ -1517,12 +1651,15 @@ def view_options(app):
     for i, t in enumerate(VO_TABS):
         on = t == tab
         def draw(cv, w, on=on, t=t):
-            cv.rect(w.box, fill=COL['panel'] if on else COL['button'], outline=COL['border']); cv.text((w.box[0] + 14, w.box[1] + 3), t, COL['text'] if on else COL['dim'])
+            cv.rect(w.box, fill=COL['panel'] if on else COL['button'], outline=COL['border'])
+            cv.text((w.box[0] + 14, w.box[1] + 3), t, COL['text'] if on else COL['dim'])
         kids.append(Widget('tab', t, (x + 16 + i * 110, y + 36, x + 122 + i * 110, y + 62), ('selected',) if on else (), draw=draw,
                            on_click=lambda app, x_, y_, n, t=t: app.ui.update(vo_tab=t)))
     def setter(g, k): return lambda app, v: app.state[g].update({k: v})
     yy = y + 80
-    if tab == 'Orbits': kids.append(checkbox((x + 24, yy, x + 300, yy + 24), 'Show orbits', st['render']['orbits'], setter('render', 'orbits'))); yy += 34
+    if tab == 'Orbits':
+        kids.append(checkbox((x + 24, yy, x + 300, yy + 24), 'Show orbits', st['render']['orbits'], setter('render', 'orbits')))
+        yy += 34
     for i, (g, k, n) in enumerate(_VO[tab]):
         kids.append(checkbox((x + 24 + (i // 8) * 280, yy + (i % 8) * 30, x + 290 + (i // 8) * 280, yy + 24 + (i % 8) * 30), n, st[g][k], setter(g, k)))
     if tab == 'Render':
@@ -1535,15 +1672,19 @@ def view_options(app):
             kids.append(radio((cx + i * 90, y + 218, cx + 84 + i * 90, y + 240), s.capitalize(), st['resolution'] == s, lambda app, s=s: app.state.update(resolution=s)))
         def setmag(app, t):
             v = _num(t)
-            if v is None or not 1 <= v <= 15: app.set_status('Limiting magnitude must be between 1 and 15'); return
-            app.state['limiting_magnitude'] = round(v, 2); app.set_status(f'Limiting magnitude: {v:.2f}')
+            if v is None or not 1 <= v <= 15:
+                app.set_status('Limiting magnitude must be between 1 and 15')
+                return
+            app.state['limiting_magnitude'] = round(v, 2)
+            app.set_status(f'Limiting magnitude: {v:.2f}')
         kids += [label((x + 24, y + 340, x + 300, y + 360), 'Limiting magnitude (Enter to apply):'),
                  text_field(app, (x + 300, y + 336, x + 420, y + 364), 'Limiting magnitude', on_enter=setmag)]
     kids.append(button((x + 500, y + 400, x + 600, y + 428), 'Close', lambda app: app.close_dialog(), default=True))
     return dialog('View Options', (x, y, x + 620, y + 444), kids)
 
 def open_view_options(app):
-    app.open_dialog(view_options); app.ui['fields']['Limiting magnitude'] = f"{app.state['limiting_magnitude']:.2f}"
+    app.open_dialog(view_options)
+    app.ui['fields']['Limiting magnitude'] = f"{app.state['limiting_magnitude']:.2f}"
 
 @_titled('Add Bookmark')
 def bookmark_dialog(app):
@@ -1563,11 +1704,16 @@ def open_bookmark(app):
 @_titled('Organize Bookmarks')
 def organize_dialog(app):
     x, y = 440, 220
-    names = [b['name'] for b in app.state['bookmarks']]; sel = app.ui.get('bm_sel') if app.ui.get('bm_sel') in names else None
+    names = [b['name'] for b in app.state['bookmarks']]
+    sel = app.ui.get('bm_sel') if app.ui.get('bm_sel') in names else None
     def go(app):
-        if sel: app.close_dialog(); app.goto_bookmark(sel)
+        if sel:
+            app.close_dialog()
+            app.goto_bookmark(sel)
     def delete(app):
-        if sel: app.state['bookmarks'] = [b for b in app.state['bookmarks'] if b['name'] != sel]; app.ui['bm_sel'] = None
+        if sel:
+            app.state['bookmarks'] = [b for b in app.state['bookmarks'] if b['name'] != sel]
+            app.ui['bm_sel'] = None
     return dialog('Organize Bookmarks', (x, y, x + 400, y + 300), [
         list_box(app, (x + 20, y + 40, x + 380, y + 240), 'Bookmark list', names, selected=sel, on_select=lambda app, it: app.ui.update(bm_sel=it),
                  on_activate=lambda app, it: (app.close_dialog(), app.goto_bookmark(it))),
@@ -1580,12 +1726,15 @@ def image_dialog(app):
     x, y = 440, 280
     def save(app):
         fn = app.ui['fields'].get('File name', '').strip()
-        if not re.fullmatch(r'[\w\-. ]{1,80}\.(png|jpg|jpeg)', fn, re.I): app.set_status('File name must end in .png or .jpg'); return
+        if not re.fullmatch(r'[\w\-. ]{1,80}\.(png|jpg|jpeg)', fn, re.I):
+            app.set_status('File name must end in .png or .jpg')
+            return
         sel, vis = app.state['selection'], app.visible()
         app.state['images'].append(dict(file=fn, selection=sel, visible=sorted(n for n, v in vis.items() if v),
                                         distance=_norm(_sub(app.pos(sel), app.observer())) - OBJECTS[sel]['radius'] if sel else None,
                                         jd=app.state['time']['jd']))
-        app.close_dialog(); app.set_status(f'Image saved as {fn}')
+        app.close_dialog()
+        app.set_status(f'Image saved as {fn}')
     return dialog('Save Image', (x, y, x + 400, y + 150), [
         label((x + 20, y + 40, x + 380, y + 60), 'Save the 3D view as (.png or .jpg):'),
         text_field(app, (x + 20, y + 64, x + 380, y + 92), 'File name', on_enter=lambda app, t: save(app), placeholder='image.png'),
@@ -1620,14 +1769,17 @@ def about_dialog(app):
 # %% ../../nbs/05e_astronomy.ipynb #3e73edb6
 def _rate(k): return lambda a: a.set_rate(a.state['time']['scale'] * k)
 def _pause(a):
-    t = a.state['time']; t['pause'] = not t['pause']; a.set_status('Time paused' if t['pause'] else 'Time resumed')
+    t = a.state['time']
+    t['pause'] = not t['pause']
+    a.set_status('Time paused' if t['pause'] else 'Time resumed')
 def _style(s): return lambda a: a.state.update(star_style=s)
 def _res(r): return lambda a: a.state.update(resolution=r)
 def _mag(dm): return lambda a: a.state.update(limiting_magnitude=round(min(15.0, max(1.0, a.state['limiting_magnitude'] + dm)), 2))
 def _panel(p): return lambda a: a.state['panels'].update({p: not a.state['panels'][p]})
 
 def _menus(self):
-    st = self.state; rd, lb, t = st['render'], st['labels'], st['time']
+    st = self.state
+    rd, lb, t = st['render'], st['labels'], st['time']
     tog = lambda g, k, name, key='': MenuItem(name, lambda a: a.toggle(g, k), key, checked=st[g][k])
     bms = [MenuItem(b['name'], lambda a, n=b['name']: a.goto_bookmark(n)) for b in st['bookmarks']]
     return {
@@ -1684,13 +1836,19 @@ def _type(self, text):
     self._dirty()
 
 def _key(self, keys):
-    combo = '+'.join(keys); busy = self.ui.get('menu') or self.ui.get('context')
+    combo = '+'.join(keys)
+    busy = self.ui.get('menu') or self.ui.get('context')
     if combo == 'esc' and self.ui.get('entry') and not busy and not self.ui.get('dialog'):
-        self.ui.update(entry=False, focus=None); self._dirty(); return
+        self.ui.update(entry=False, focus=None)
+        self._dirty()
+        return
     w = self._focused()
     if w is not None and not busy and _printable(combo) is not None: return SciApp._type(self, _printable(combo))
     if combo == 'enter' and w is None and not busy and not self.ui.get('dialog'):
-        self.ui.update(entry=True, focus='Target name'); self.ui['fields']['Target name'] = ''; self._dirty(); return
+        self.ui.update(entry=True, focus='Target name')
+        self.ui['fields']['Target name'] = ''
+        self._dirty()
+        return
     return SciApp._key(self, keys)
 Astronomy._type, Astronomy._key = _type, _key
 
@@ -1738,7 +1896,9 @@ class _RecDraw:
 
 class _Rec:
     "A stand-in for `Canvas2D` that records the drawing calls of a widget tree"
-    def __init__(self): self.ops = []; self.d = _RecDraw(self.ops)
+    def __init__(self):
+        self.ops = []
+        self.d = _RecDraw(self.ops)
     @property
     def img(self): raise _NoRecord()
     def rect(self, box, fill=None, outline=None, width=1): self.ops.append(('rect', _frozen(box), fill, outline, width))
@@ -1782,7 +1942,9 @@ def _op_box(op, screen)->tuple|None:
         if m is None: return None
         x, y = int(xy[0]), int(xy[1]) + 2
         return (x, y, x + m.size[0], y + m.size[1])
-    if k == 'view': x0, y0, x1, y1 = op[1]; return (x0, y0, x1 + 1, y1 + 1)   # the paste and its 1-pixel border
+    if k == 'view':
+        x0, y0, x1, y1 = op[1]
+        return (x0, y0, x1 + 1, y1 + 1)   # the paste and its 1-pixel border
     if k == 'rect' and len(op[1]) == 4 and all(isinstance(v, (int, float)) for v in op[1]):
         (x0, y0, x1, y1), w = op[1], op[4]   # Pillow truncates the corners and draws the outline inside, unless it is wider than the box
         m = 0 if (op[3] is None or (x1 - x0 >= 2 * w and y1 - y0 >= 2 * w)) else w + 1
@@ -1829,8 +1991,12 @@ def _regions(boxes, screen)->list:
         a = rs[i]
         u = next(((j, u) for j, b in enumerate(rs) if j != i and b[0] <= a[2] + 160 and a[0] <= b[2] + 160 and b[1] <= a[3] + 160
                   and a[1] <= b[3] + 160 and (u := _cheap_union(a, b))), None)
-        if u is None: i += 1; continue
-        rs[i] = u[1]; del rs[u[0]]; i = 0
+        if u is None:
+            i += 1
+            continue
+        rs[i] = u[1]
+        del rs[u[0]]
+        i = 0
     return rs
 
 def _redraw(app, img, ops, boxes, R):
@@ -1852,7 +2018,9 @@ def _screenshot(self)->Image.Image:
     if self._img is not None: return self._img
     rec, root = _Rec(), self.tree
     try: root.draw(rec, root) if root.draw else _draw_children(rec, root)
-    except _NoRecord: self._frame = None; return SciApp.screenshot(self)
+    except _NoRecord:
+        self._frame = None
+        return SciApp.screenshot(self)
     ops, screen = rec.ops, self.screen
     boxes, dirty, prev = [None] * len(ops), [], self._frame
     if prev is not None and prev[0] == screen:
@@ -1862,12 +2030,17 @@ def _screenshot(self)->Image.Image:
                       else difflib.SequenceMatcher(None, A, ops, autojunk=False).get_opcodes())
         except TypeError: blocks, prev = [], None   # an unhashable call: draw everything
         for tag, i0, i1, j0, j1 in blocks:
-            if tag == 'equal': boxes[j0:j1] = Ab[i0:i1]; continue
+            if tag == 'equal':
+                boxes[j0:j1] = Ab[i0:i1]
+                continue
             dirty += Ab[i0:i1]
-            for j in range(j0, j1): boxes[j] = _op_box(ops[j], screen); dirty.append(boxes[j])
+            for j in range(j0, j1):
+                boxes[j] = _op_box(ops[j], screen)
+                dirty.append(boxes[j])
         dirty = _regions(dirty, screen)
     if prev is None or prev[0] != screen or (len(dirty) == 1 and (dirty[0][2] - dirty[0][0]) * (dirty[0][3] - dirty[0][1]) > 0.9 * screen[0] * screen[1]):
-        img = Image.new('RGB', screen, COL['bg']); cv = _Canvas(img)   # the whole window, as `SciApp.screenshot` draws it
+        img = Image.new('RGB', screen, COL['bg'])
+        cv = _Canvas(img)   # the whole window, as `SciApp.screenshot` draws it
         for op in ops: _replay(self, cv, op)
         boxes = [_op_box(op, screen) for op in ops]
     elif dirty:

@@ -26,7 +26,8 @@ def _dot(a, b): return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 def _cross(a, b): return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
 def _norm(a): return math.sqrt(_dot(a, a))
 def _unit(a):
-    n = _norm(a); return (a[0] / n, a[1] / n, a[2] / n) if n > 1e-9 else (1.0, 0.0, 0.0)
+    n = _norm(a)
+    return (a[0] / n, a[1] / n, a[2] / n) if n > 1e-9 else (1.0, 0.0, 0.0)
 def _perp(a):
     "A unit vector perpendicular to `a`"
     return _unit(_cross(a, (0.0, 0.0, 1.0) if abs(a[2]) < 0.9 else (1.0, 0.0, 0.0)))
@@ -66,9 +67,12 @@ def _polygon(n, first=(0.0, 0.0), toward=(1.0, 0.0), side=1.4):
 def _fused_hexagon(a, b, away_from):
     "2D hexagon sharing edge a-b, on the side away from the point `away_from`; vertices start at a, then b"
     m = ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
-    d = (m[0] - away_from[0], m[1] - away_from[1]); n = math.hypot(*d); d = (d[0] / n, d[1] / n)
+    d = (m[0] - away_from[0], m[1] - away_from[1])
+    n = math.hypot(*d)
+    d = (d[0] / n, d[1] / n)
     c = (m[0] + d[0] * 1.4 * math.cos(math.pi / 6), m[1] + d[1] * 1.4 * math.cos(math.pi / 6))
-    va = math.atan2(a[1] - c[1], a[0] - c[0]); vb = math.atan2(b[1] - c[1], b[0] - c[0])
+    va = math.atan2(a[1] - c[1], a[0] - c[0])
+    vb = math.atan2(b[1] - c[1], b[0] - c[0])
     step = (vb - va + math.pi) % (2 * math.pi) - math.pi   # +-60 degrees
     return [(c[0] + 1.4 * math.cos(va + step * k), c[1] + 1.4 * math.sin(va + step * k)) for k in range(6)]
 
@@ -116,11 +120,16 @@ class Structure:
 class _Builder:
     def __init__(self): self.names, self.el, self.res_of, self.xyz, self.residues, self.bonds = [], [], [], [], [], []
     def residue(self, chain, num, name, kind):
-        self.residues.append([chain, num, name, kind, len(self.names), len(self.names)]); self._idx = {}
+        self.residues.append([chain, num, name, kind, len(self.names), len(self.names)])
+        self._idx = {}
         return self._idx
     def atom(self, name, el, pos):
-        r = self.residues[-1]; self._idx[name] = len(self.names)
-        self.names.append(name); self.el.append(el); self.res_of.append(len(self.residues) - 1); self.xyz.append(tuple(pos))
+        r = self.residues[-1]
+        self._idx[name] = len(self.names)
+        self.names.append(name)
+        self.el.append(el)
+        self.res_of.append(len(self.residues) - 1)
+        self.xyz.append(tuple(pos))
         r[5] = len(self.names)
         return len(self.names) - 1
     def bond(self, i, j): self.bonds.append((min(i, j), max(i, j)))
@@ -131,7 +140,9 @@ def _ca_trace(ss, origin, fwd, rng):
     for seg in re.findall(r'H+|E+|L+', ss):
         n = len(seg)
         if seg[0] == 'H':
-            u = _perp(fwd); v = _cross(fwd, u); base = _add(pos, _mul(fwd, 3.4 if pts else 0.0))
+            u = _perp(fwd)
+            v = _cross(fwd, u)
+            base = _add(pos, _mul(fwd, 3.4 if pts else 0.0))
             for k in range(n):
                 a = math.radians(100 * k)
                 pts.append(_add(base, _add(_mul(fwd, 1.5 * k), _add(_mul(u, 2.3 * (math.cos(a) - 1)), _mul(v, 2.3 * math.sin(a))))))
@@ -144,7 +155,9 @@ def _ca_trace(ss, origin, fwd, rng):
                 up = _unit(_sub(up, _mul(fwd, _dot(up, fwd))))
                 pts.append(_add(pts[-1] if pts else pos, _mul(fwd, 3.8)))
         pos = pts[-1]
-        if seg[0] != 'L': fwd = _unit(_rotate(fwd, up, 150)); up = _unit(_rotate(up, fwd, rng.uniform(-30, 30)))
+        if seg[0] != 'L':
+            fwd = _unit(_rotate(fwd, up, 150))
+            up = _unit(_rotate(up, fwd, rng.uniform(-30, 30)))
     return pts
 
 def _protein_chain(b, chain, seq, ss, origin, fwd, rng, hydrogens):
@@ -153,8 +166,12 @@ def _protein_chain(b, chain, seq, ss, origin, fwd, rng, hydrogens):
     prev_c = None
     for i, aa in enumerate(seq):
         name = AA3[aa]
-        p = ca[i]; pp = ca[i - 1] if i else _sub(p, _sub(ca[1], p)); pn = ca[i + 1] if i + 1 < n else _add(p, _sub(p, ca[i - 1]))
-        t = _unit(_sub(pn, pp)); o = _sub(_mul(p, 2), _add(pp, pn)); o = _sub(o, _mul(t, _dot(o, t)))
+        p = ca[i]
+        pp = ca[i - 1] if i else _sub(p, _sub(ca[1], p))
+        pn = ca[i + 1] if i + 1 < n else _add(p, _sub(p, ca[i - 1]))
+        t = _unit(_sub(pn, pp))
+        o = _sub(_mul(p, 2), _add(pp, pn))
+        o = _sub(o, _mul(t, _dot(o, t)))
         out = _unit(o) if _norm(o) > 0.3 else _perp(t)
         side = _unit(_cross(t, out))
         idx = b.residue(chain, i + 1, name, 'protein')
@@ -162,11 +179,14 @@ def _protein_chain(b, chain, seq, ss, origin, fwd, rng, hydrogens):
         CA = b.atom('CA', 'C', p)
         C = b.atom('C', 'C', _add(p, _add(_mul(_unit(_sub(pn, p)), 1.25), _mul(side, -0.6))))
         O = b.atom('O', 'O', _add(b.xyz[C], _mul(_unit(_add(_mul(out, -1), _mul(side, -0.4))), 1.23)))
-        b.bond(N, CA); b.bond(CA, C); b.bond(C, O)
+        b.bond(N, CA)
+        b.bond(CA, C)
+        b.bond(C, O)
         if prev_c is not None: b.bond(prev_c, N)
         prev_c = C
         # side chain, laid out in the plane (out, side) with branches leaving it
-        f = _cross(out, side); loc = {'CA': (0.0, 0.0, 0.0)}
+        f = _cross(out, side)
+        loc = {'CA': (0.0, 0.0, 0.0)}
         deps = [s.split(':') for s in SIDE[name].split()]
         nkids = {}
         for a, par in deps: nkids[par] = nkids.get(par, 0) + 1
@@ -174,13 +194,17 @@ def _protein_chain(b, chain, seq, ss, origin, fwd, rng, hydrogens):
         ring = RINGS.get(name, {})
         for a, par in deps:
             if a in ring and 'CG' in loc and a != 'CG':
-                rx, ry = ring[a]; cg = loc['CG']; lp = (cg[0] + rx, cg[1] + ry, cg[2])
+                rx, ry = ring[a]
+                cg = loc['CG']
+                lp = (cg[0] + rx, cg[1] + ry, cg[2])
             elif name == 'PRO' and a in ('CG', 'CD'):
                 lp = {'CG': (1.5, 1.0, -1.3), 'CD': (0.5, 1.0, -2.1)}[a]   # the ring bends back to N
             else:
                 depth = 'ABGDEZH'.index(a[1]) if a[1] in 'ABGDEZH' else 1
-                k = seen.get(par, 0); seen[par] = k + 1
-                pl = loc[par]; zig = 0.75 if depth % 2 else -0.75
+                k = seen.get(par, 0)
+                seen[par] = k + 1
+                pl = loc[par]
+                zig = 0.75 if depth % 2 else -0.75
                 lp = _add(pl, (1.3, zig, 0.0)) if nkids[par] == 1 else _add(pl, (1.05, zig * 0.5, 1.1 if k == 0 else -1.1))
             loc[a] = lp
             el = a[0]
@@ -188,7 +212,8 @@ def _protein_chain(b, chain, seq, ss, origin, fwd, rng, hydrogens):
             b.bond(idx[par], ai)
         for x, y in RING_CLOSE.get(name, []): b.bond(idx[x], idx[y])
         if i == n - 1:
-            ox = b.atom('OXT', 'O', _add(b.xyz[C], _mul(_unit(_add(out, _mul(side, -0.5))), 1.25))); b.bond(C, ox)
+            ox = b.atom('OXT', 'O', _add(b.xyz[C], _mul(_unit(_add(out, _mul(side, -0.5))), 1.25)))
+            b.bond(C, ox)
         if hydrogens: _add_hydrogens(b, name, idx, first=i == 0)
 
 def _add_hydrogens(b, resname, idx, first=False):
@@ -196,7 +221,9 @@ def _add_hydrogens(b, resname, idx, first=False):
     heavy = dict(idx)
     nbrs = {i: [] for i in heavy.values()}
     for i, j in b.bonds:
-        if i in nbrs and j in nbrs: nbrs[i].append(j); nbrs[j].append(i)
+        if i in nbrs and j in nbrs:
+            nbrs[i].append(j)
+            nbrs[j].append(i)
     ring = set(RINGS.get(resname, {}))
     for name, i in heavy.items():
         el, nb = b.el[i], len(nbrs[i])
@@ -244,12 +271,21 @@ def _base_template(code):
     hc = (sum(p[0] for p in six.values()) / 6, sum(p[1] for p in six.values()) / 6)
     a = -math.atan2(hc[1], hc[0])  # rotate so the six-ring lies along +x
     rot = lambda q: (q[0] * math.cos(a) - q[1] * math.sin(a), q[0] * math.sin(a) + q[1] * math.cos(a))
-    pts = {k: rot(v) for k, v in pts.items()}; hc = rot(hc)
+    pts = {k: rot(v) for k, v in pts.items()}
+    hc = rot(hc)
     def sub(atom, name):
-        q = pts[atom]; d = (q[0] - hc[0], q[1] - hc[1]); n = math.hypot(*d); pts[name] = (q[0] + d[0] / n * 1.3, q[1] + d[1] / n * 1.3)
+        q = pts[atom]
+        d = (q[0] - hc[0], q[1] - hc[1])
+        n = math.hypot(*d)
+        pts[name] = (q[0] + d[0] / n * 1.3, q[1] + d[1] / n * 1.3)
     bonds = [('N9', 'C8'), ('C8', 'N7'), ('N7', 'C5'), ('C5', 'C4'), ('C4', 'N9'), ('C4', 'N3'), ('N3', 'C2'), ('C2', 'N1'), ('N1', 'C6'), ('C6', 'C5')]
-    if code == 'A': sub('C6', 'N6'); bonds.append(('C6', 'N6'))
-    else: sub('C6', 'O6'); sub('C2', 'N2'); bonds += [('C6', 'O6'), ('C2', 'N2')]
+    if code == 'A':
+        sub('C6', 'N6')
+        bonds.append(('C6', 'N6'))
+    else:
+        sub('C6', 'O6')
+        sub('C2', 'N2')
+        bonds += [('C6', 'O6'), ('C2', 'N2')]
     return pts, bonds, 'N9'
 
 def _dna(b, seq):
@@ -272,7 +308,8 @@ def _dna(b, seq):
             prev_o3 = idx["O3'"]
             pts, bonds, gly = _base_template(code)
             c1 = b.xyz[idx["C1'"]]
-            ex = _unit((-c1[0], -c1[1], 0.0)); ey = _cross((0, 0, 1.0), ex)
+            ex = _unit((-c1[0], -c1[1], 0.0))
+            ey = _cross((0, 0, 1.0), ex)
             g0 = _add(c1, _mul(ex, 1.45))
             for name, (x, y) in pts.items():
                 b.atom(name, name[0], _add(g0, _add(_mul(ex, x), _mul(ey, y * sense))))
@@ -298,10 +335,15 @@ def _ligand_template(code):
         ring = dict(zip(('C1', 'C2', 'C3', 'C4', 'C5', 'O5'), _polygon(6)))
         c = (1.4, 0.0)
         def out(a, dist=1.42):
-            x, y = ring[a]; d = (x - c[0], y - c[1]); n = math.hypot(*d); return (x + d[0] / n * dist, y + d[1] / n * dist)
+            x, y = ring[a]
+            d = (x - c[0], y - c[1])
+            n = math.hypot(*d)
+            return (x + d[0] / n * dist, y + d[1] / n * dist)
         pts = {**ring, 'O1': out('C1'), 'N2': out('C2'), 'O3': out('C3'), 'O4': out('C4'), 'C6': out('C5', 1.52)}
-        pts['C7'] = (pts['N2'][0] - 0.6, pts['N2'][1] - 1.25); pts['O7'] = (pts['C7'][0] - 1.2, pts['C7'][1] + 0.2)
-        pts['C8'] = (pts['C7'][0] + 0.4, pts['C7'][1] - 1.4); pts['O6'] = (pts['C6'][0] + 1.3, pts['C6'][1] + 0.6)
+        pts['C7'] = (pts['N2'][0] - 0.6, pts['N2'][1] - 1.25)
+        pts['O7'] = (pts['C7'][0] - 1.2, pts['C7'][1] + 0.2)
+        pts['C8'] = (pts['C7'][0] + 0.4, pts['C7'][1] - 1.4)
+        pts['O6'] = (pts['C6'][0] + 1.3, pts['C6'][1] + 0.6)
         at = [(n, n[0], (x, y, 0.25 * (1 if k % 2 else -1) if k < 6 else 0.6)) for k, (n, (x, y)) in enumerate(pts.items())]
         return at, [('C1', 'C2'), ('C2', 'C3'), ('C3', 'C4'), ('C4', 'C5'), ('C5', 'O5'), ('O5', 'C1'), ('C1', 'O1'), ('C2', 'N2'), ('C3', 'O3'),
                     ('C4', 'O4'), ('C5', 'C6'), ('C6', 'O6'), ('N2', 'C7'), ('C7', 'O7'), ('C7', 'C8')]
@@ -323,13 +365,16 @@ _BUILT = {}
 
 @functools.lru_cache(maxsize=None)
 def _structure(pdb):
-    spec = CATALOG[pdb]; rng = random.Random(spec['seed']); b = _Builder()
+    spec = CATALOG[pdb]
+    rng = random.Random(spec['seed'])
+    b = _Builder()
     if 'dna' in spec: _dna(b, spec['dna'][0])
     for k, (ch, (seq, ss)) in enumerate(spec.get('chains', {}).items()):
         origin = (11.0 * (k % 2) - 5.5, 11.0 * (k // 2) - 5.5 * (len(spec['chains']) > 2), 2.0 * k)
         fwd = _unit((0.3 * (-1) ** k, 0.2, 1.0 if k % 2 == 0 else -1.0))
         _protein_chain(b, ch, seq, ss, origin, fwd, rng, spec.get('hydrogens', False))
-    poly = list(b.xyz); cen = _centroid(poly)
+    poly = list(b.xyz)
+    cen = _centroid(poly)
     rad = math.sqrt(sum(_dot(_sub(p, cen), _sub(p, cen)) for p in poly) / len(poly))   # radius of gyration
     if spec.get('ligand'):
         at, bonds = _ligand_template(spec['ligand'])
@@ -404,11 +449,16 @@ def parse_spec(text:str)->list:
     terms = []
     for word in text.split():
         lw = word.lower()
-        if lw in SPEC_WORDS: terms.append({'word': lw}); continue
-        if word.upper() in ELEMENTS and len(word) == 1: terms.append({'element': word.upper()}); continue
+        if lw in SPEC_WORDS:
+            terms.append({'word': lw})
+            continue
+        if word.upper() in ELEMENTS and len(word) == 1:
+            terms.append({'element': word.upper()})
+            continue
         m = _HIER.match(word) if word[:1] in '#/:@' else None
         if not m or not any(m.groupdict().values()): raise CommandError(f'Invalid atom specifier "{word}"')
-        g = m.groupdict(); t = {}
+        g = m.groupdict()
+        t = {}
         if g['model']: t['models'] = _ranges(g['model'])
         if g['chain']: t['chains'] = set(g['chain'].split(','))
         if g['res']:
@@ -452,11 +502,17 @@ class Biochem(SciApp):
     # ---- task set-up (ScienceBoard's init funcs: clear_log, open, turn, color, download)
     # (scidesk.run_init checks each field against these annotations first)
     def init_open(self, name:str, as_name:str|None=None):
-        self._open(_known(name), as_name or name.lower(), log=False); self._dirty()
-    def init_file(self, path:str, pdb:str): self.state['files'][self._path(path)] = _known(pdb); self._dirty()
+        self._open(_known(name), as_name or name.lower(), log=False)
+        self._dirty()
+    def init_file(self, path:str, pdb:str):
+        self.state['files'][self._path(path)] = _known(pdb)
+        self._dirty()
     def init_turn(self, axis:Literal['x', 'y', 'z']='y', angle:float=90.0):
-        self._turn(axis, _num(str(angle), -3600, 3600, "field 'angle'")); self._dirty()
-    def init_clear_log(self): self.state['log'] = []; self._dirty()
+        self._turn(axis, _num(str(angle), -3600, 3600, "field 'angle'"))
+        self._dirty()
+    def init_clear_log(self):
+        self.state['log'] = []
+        self._dirty()
     def init_run(self, commands:str|list[str]):
         "Run commands during set-up without logging them (e.g. `hide solvent`, `select /A:3`)"
         for c in ([commands] if isinstance(commands, str) else commands): self.run(c, echo=False, quiet=True)
@@ -467,7 +523,9 @@ class Biochem(SciApp):
     def log(self, text, kind='info'): self.state['log'].append((kind, text))
 
     def _open(self, pdb, name, log=True):
-        st = structure(pdb); mid = self.state['next_id']; self.state['next_id'] += 1
+        st = structure(pdb)
+        mid = self.state['next_id']
+        self.state['next_id'] += 1
         base = MODEL_COLORS[(mid - 1) % len(MODEL_COLORS)]
         color = [base if e == 'C' else ELEMENT_COLORS.get(e, base) for e in st.elements]   # carbons in the model colour
         m = dict(id=mid, name=name, pdb=pdb, shown=True, color=color, disp=[e != 'H' for e in st.elements],
@@ -492,14 +550,20 @@ class Biochem(SciApp):
             st, hit = structure(m['pdb']), set()
             for t in terms:
                 w = t.get('word')
-                if w == 'all': hit.update(range(len(st.names))); continue
-                if w == 'sel': hit |= m['sel']; continue
+                if w == 'all':
+                    hit.update(range(len(st.names)))
+                    continue
+                if w == 'sel':
+                    hit |= m['sel']
+                    continue
                 if w is not None:
                     k = SPEC_WORDS[w]
                     if k == 'H': hit.update(i for i, e in enumerate(st.elements) if e == 'H')
                     else: hit.update(i for i, r in enumerate(st.res_of) if st.residues[r][3] == k)
                     continue
-                if 'element' in t: hit.update(i for i, e in enumerate(st.elements) if e == t['element']); continue
+                if 'element' in t:
+                    hit.update(i for i, e in enumerate(st.elements) if e == t['element'])
+                    continue
                 if 'models' in t and not any(a <= m['id'] <= b for a, b in t['models']): continue
                 for ch, num, rname, kind, a0, a1 in st.residues:
                     if 'chains' in t and ch not in t['chains']: continue
@@ -510,15 +574,18 @@ class Biochem(SciApp):
 
     def _describe(self, mid, i, resname=True):
         "ChimeraX-style atom description: #1/A THR 5 CA"
-        st = structure(self._model(mid)['pdb']); ch, num, name, *_ = st.residues[st.res_of[i]]
+        st = structure(self._model(mid)['pdb'])
+        ch, num, name, *_ = st.residues[st.res_of[i]]
         pre = f'#{mid}' if len(self.state['models']) > 1 else ''
         return f'{pre}/{ch} {name} {num} {st.names[i]}'
 
     def _counts(self, sel:dict)->str:
-        na = sum(len(v) for v in sel.values()); nb = nr = 0
+        na = sum(len(v) for v in sel.values())
+        nb = nr = 0
         for mid, idx in sel.items():
             st, s = structure(self._model(mid)['pdb']), set(idx)
-            nb += sum(1 for i, j in st.bonds if i in s and j in s); nr += len({st.res_of[i] for i in idx})
+            nb += sum(1 for i, j in st.bonds if i in s and j in s)
+            nr += len({st.res_of[i] for i in idx})
         return f"{_plural(na, 'atom')}, {_plural(nb, 'bond')}, {_plural(nr, 'residue')}, {_plural(len(sel), 'model')}"
 
 # %% ../../nbs/05c_biochem.ipynb #c459d620
@@ -554,7 +621,8 @@ def _run(self, text:str, echo:bool=True, quiet:bool=False):
         line = line.strip()
         if not line: continue
         if echo: self.log(line, 'cmd')
-        words = line.split(); verb = words[0].lower()
+        words = line.split()
+        verb = words[0].lower()
         try:
             if verb in UNAVAILABLE: raise CommandError(f'"{verb}" is not available in this version of Biochem')
             if verb not in COMMANDS: raise CommandError(f'Unknown command: {line}')
@@ -580,7 +648,8 @@ def _c_open(self, args):
 
 def _c_close(self, args):
     if not args or args[0].lower() in ('session', 'all'):
-        self.state.update(models=[], labels=[], distances=[], next_id=1); return
+        self.state.update(models=[], labels=[], distances=[], next_id=1)
+        return
     rngs = [r for t in parse_spec(' '.join(args)) for r in t.get('models', [])]
     ids = {m['id'] for m in self.state['models'] if any(a <= m['id'] <= b for a, b in rngs)}
     if not rngs: raise CommandError('close takes model ids such as #1')
@@ -595,7 +664,8 @@ def _set_sel(self, sel, mode='replace'):
         m['sel'] = new if mode == 'replace' else (m['sel'] | new) if mode == 'add' else (m['sel'] - new)
     cur = {m['id']: sorted(m['sel']) for m in self.state['models'] if m['sel']}
     msg = self._counts(cur) + ' selected' if cur else 'Nothing selected'
-    self.log(msg); self.set_status(msg)
+    self.log(msg)
+    self.set_status(msg)
 
 def _c_select(self, args):
     if args and args[0].lower() == 'clear': return self._set_sel({})
@@ -614,7 +684,9 @@ _TARGETS = {'atoms': 'a', 'a': 'a', 'cartoons': 'c', 'cartoon': 'c', 'c': 'c', '
 def _show(self, args, on):
     args = list(args)
     target = 'a'
-    if len(args) >= 2 and args[-2].lower() == 'target': target = _TARGETS.get(args[-1].lower(), 'a'); args = args[:-2]
+    if len(args) >= 2 and args[-2].lower() == 'target':
+        target = _TARGETS.get(args[-1].lower(), 'a')
+        args = args[:-2]
     elif args and args[-1].lower() in _TARGETS: target = _TARGETS[args.pop().lower()]
     sel = self.atoms(' '.join(args))
     if not sel: raise CommandError('No atoms specified')
@@ -649,7 +721,9 @@ SCHEMES = ('bychain', 'byelement', 'byhetero', 'byatom', 'rainbow')
 def _rainbow(t):
     "Blue (t=0) to red (t=1) through cyan, green, yellow"
     stops = [(0, 0, 255), (0, 200, 255), (0, 200, 0), (255, 220, 0), (255, 0, 0)]
-    x = min(0.9999, max(0.0, t)) * (len(stops) - 1); k = int(x); f = x - k
+    x = min(0.9999, max(0.0, t)) * (len(stops) - 1)
+    k = int(x)
+    f = x - k
     a, b = stops[k], stops[k + 1]
     return '#' + ''.join(f'{round(a[i] + (b[i] - a[i]) * f):02x}' for i in range(3))
 
@@ -661,8 +735,11 @@ def _c_color(self, args):
     scheme = what.lower() if what.lower() in SCHEMES else None
     col = None if scheme else parse_color(what)
     for mid, idx in sel.items():
-        m = self._model(mid); st = structure(m['pdb'])
-        if scheme == 'rainbow': self._rainbow(m, idx); continue
+        m = self._model(mid)
+        st = structure(m['pdb'])
+        if scheme == 'rainbow':
+            self._rainbow(m, idx)
+            continue
         for i in idx:
             e = st.elements[i]
             if col: m['color'][i] = col
@@ -674,7 +751,8 @@ def _c_color(self, args):
     self.set_status(f"Colored {_plural(sum(map(len, sel.values())), 'atom')}")
 
 def _rainbow_model(self, m, idx):
-    st = structure(m['pdb']); s = set(idx)
+    st = structure(m['pdb'])
+    s = set(idx)
     for ch in st.chains:
         res = [r for r in st.residues if r[0] == ch and r[3] in ('protein', 'nucleic')]
         for k, (_, _, _, _, a0, a1) in enumerate(res):
@@ -697,21 +775,27 @@ def _view_all(self, spec=None):
         pts += [st.xyz[i] for i in idx]
     cam = self.state['camera']
     if not pts: return
-    a = np.array(pts); c = a.mean(axis=0); r = max(float(np.sqrt(((a - c) ** 2).sum(axis=1)).max()), 3.0)
+    a = np.array(pts)
+    c = a.mean(axis=0)
+    r = max(float(np.sqrt(((a - c) ** 2).sum(axis=1)).max()), 3.0)
     c = c.tolist()
-    cam['center'] = [round(v, 4) for v in c]; cam['fit'] = 0.5 * min(CANVAS[2] - CANVAS[0], CANVAS[3] - CANVAS[1]) / (r + 1.5); cam['zoom'] = 1.0
+    cam['center'] = [round(v, 4) for v in c]
+    cam['fit'] = 0.5 * min(CANVAS[2] - CANVAS[0], CANVAS[3] - CANVAS[1]) / (r + 1.5)
+    cam['zoom'] = 1.0
 Biochem._view_all = _view_all
 
 def _turn(self, axis, angle):
     ax = {'x': (1.0, 0, 0), 'y': (0, 1.0, 0), 'z': (0, 0, 1.0)}.get(str(axis).lower())
     if ax is None: raise CommandError(f'Axis must be x, y or z, not "{axis}"')
-    cam = self.state['camera']; cam['rot'] = _matmul(_rot_matrix(ax, angle), cam['rot'])
+    cam = self.state['camera']
+    cam['rot'] = _matmul(_rot_matrix(ax, angle), cam['rot'])
 Biochem._turn = _turn
 
 def _c_view(self, args):
     a = ' '.join(args).lower()
     if a in ('orient', 'initial', 'standard'):
-        self.state['camera']['rot'] = [r[:] for r in _I3]; return self._view_all()
+        self.state['camera']['rot'] = [r[:] for r in _I3]
+        return self._view_all()
     if not a or a == 'all': return self._view_all()
     sel = self.atoms(' '.join(args))
     if not sel: raise CommandError('No atoms specified')
@@ -723,21 +807,26 @@ def _c_turn(self, args):
 
 def _c_zoom(self, args):
     f = _num(args[0], 0.05, 20, 'zoom factor') if args else 1.0
-    cam = self.state['camera']; cam['zoom'] = min(50.0, max(0.05, cam['zoom'] * f))
+    cam = self.state['camera']
+    cam['zoom'] = min(50.0, max(0.05, cam['zoom'] * f))
 
 def _c_set(self, args):
     if len(args) == 2 and args[0].lower() in ('bgcolor', 'bg_color', 'bgcolour'):
-        self.state['background'] = parse_color(args[1]); return
+        self.state['background'] = parse_color(args[1])
+        return
     raise CommandError('set supports only bgColor')
 
 def _c_lighting(self, args):
     L = self.state['lighting']
     if not args:
         self.log(f"Intensity {L['intensity']:g}, ambient intensity {L['ambient']:g}, shadows {L['shadows']}, "
-                 f"multishadow {L['multishadow']}, depth cue {L['depth_cue']}"); return
+                 f"multishadow {L['multishadow']}, depth cue {L['depth_cue']}")
+        return
     if len(args) == 1 and args[0].lower() in LIGHTING:
         keep = L['silhouettes'] if args[0].lower() != 'flat' else True
-        L.update(LIGHTING[args[0].lower()]); L['silhouettes'] = keep; return
+        L.update(LIGHTING[args[0].lower()])
+        L['silhouettes'] = keep
+        return
     if len(args) % 2: raise CommandError(f'Unknown lighting option "{" ".join(args)}"')
     for k, v in zip(args[::2], args[1::2]):
         k = k.lower()
@@ -750,7 +839,9 @@ def _c_lighting(self, args):
         L['preset'] = 'custom'
 
 def _c_graphics(self, args):
-    if len(args) == 2 and args[0].lower() == 'silhouettes': self.state['lighting']['silhouettes'] = _bool(args[1]); return
+    if len(args) == 2 and args[0].lower() == 'silhouettes':
+        self.state['lighting']['silhouettes'] = _bool(args[1])
+        return
     raise CommandError('graphics supports only silhouettes true|false')
 
 # %% ../../nbs/05c_biochem.ipynb #0f750cfc
@@ -764,11 +855,14 @@ def _one_atom_each(self, args, n):
 
 def _xyz(self, mid, i): return structure(self._model(mid)['pdb']).xyz[i]
 def _aspec(self, mid, i):
-    st = structure(self._model(mid)['pdb']); ch, num, *_ = st.residues[st.res_of[i]]
+    st = structure(self._model(mid)['pdb'])
+    ch, num, *_ = st.residues[st.res_of[i]]
     return f'#{mid}/{ch}:{num}@{st.names[i]}'
 
 def _c_distance(self, args):
-    if args and args[0].lower() in ('delete', 'clear'): self.state['distances'] = []; return
+    if args and args[0].lower() in ('delete', 'clear'):
+        self.state['distances'] = []
+        return
     (m1, a1), (m2, a2) = _one_atom_each(self, args, 2)
     d = math.dist(_xyz(self, m1, a1), _xyz(self, m2, a2))
     self.log(f'Distance between {self._describe(m1, a1)} and {self._describe(m2, a2)}: {d:.3f} A')
@@ -792,14 +886,18 @@ def _c_measure(self, args):
         sel = self.atoms(' '.join(args[1:]))
         pts = [_xyz(self, mid, i) for mid, idx in sel.items() for i in idx]
         if not pts: raise CommandError('No atoms specified')
-        c = _centroid(pts); self.log(f"Center of {_plural(len(pts), 'atom')}: ({c[0]:.3f}, {c[1]:.3f}, {c[2]:.3f})"); return
+        c = _centroid(pts)
+        self.log(f"Center of {_plural(len(pts), 'atom')}: ({c[0]:.3f}, {c[1]:.3f}, {c[2]:.3f})")
+        return
     raise CommandError('measure supports distance, angle and center')
 
 def _c_info(self, args):
     sub = args[0].lower() if args else 'models'
     rest = ' '.join(args[1:])
     if sub == 'models':
-        if not self.state['models']: self.log('No models open'); return
+        if not self.state['models']:
+            self.log('No models open')
+            return
         for m in self.state['models']:
             st = structure(m['pdb'])
             self.log(f"#{m['id']}, {m['name']}, {'shown' if m['shown'] else 'hidden'}: {_plural(len(st.names), 'atom')}, "
@@ -807,17 +905,20 @@ def _c_info(self, args):
     elif sub == 'chains':
         sel = self.atoms(rest)
         for mid, idx in sel.items():
-            st = structure(self._model(mid)['pdb']); rs = {st.res_of[i] for i in idx}
+            st = structure(self._model(mid)['pdb'])
+            rs = {st.res_of[i] for i in idx}
             for ch in st.chains:
                 n = sum(1 for r in rs if st.residues[r][0] == ch and st.residues[r][3] in ('protein', 'nucleic'))
                 if n: self.log(f'chain id #{mid}/{ch} chain_id {ch} residues {n}')
     elif sub in ('residues', 'atoms'):
-        sel = self.atoms(rest); lines = []
+        sel = self.atoms(rest)
+        lines = []
         for mid, idx in sel.items():
             st = structure(self._model(mid)['pdb'])
             if sub == 'residues':
                 for r in sorted({st.res_of[i] for i in idx}):
-                    ch, num, name, *_ = st.residues[r]; lines.append(f'residue id #{mid}/{ch}:{num} name {name}')
+                    ch, num, name, *_ = st.residues[r]
+                    lines.append(f'residue id #{mid}/{ch}:{num} name {name}')
             else:
                 lines += [f'atom id {_aspec(self, mid, i)} element {st.elements[i]}' for i in idx]
         if not lines: raise CommandError('No atoms specified')
@@ -836,10 +937,13 @@ def _c_getcrd(self, args):
     if not sel: raise CommandError('No atoms specified')
     for mid, idx in sel.items():
         for i in idx[:200]:
-            x, y, z = _xyz(self, mid, i); self.log(f'Atom {_aspec(self, mid, i)} {x:.3f} {y:.3f} {z:.3f}')
+            x, y, z = _xyz(self, mid, i)
+            self.log(f'Atom {_aspec(self, mid, i)} {x:.3f} {y:.3f} {z:.3f}')
 
 def _c_label(self, args):
-    if args and args[0].lower() == 'delete': self.state['labels'] = []; return
+    if args and args[0].lower() == 'delete':
+        self.state['labels'] = []
+        return
     sel = self.atoms(' '.join(args))
     for mid, idx in sel.items():
         st = structure(self._model(mid)['pdb'])
@@ -847,24 +951,31 @@ def _c_label(self, args):
             spec = f'#{mid}/{st.residues[r][0]}:{st.residues[r][1]}'
             if spec not in self.state['labels']: self.state['labels'].append(spec)
 def _c_unlabel(self, args):
-    if not args: self.state['labels'] = []; return
-    sel = self.atoms(' '.join(args)); drop = set()
+    if not args:
+        self.state['labels'] = []
+        return
+    sel = self.atoms(' '.join(args))
+    drop = set()
     for mid, idx in sel.items():
         st = structure(self._model(mid)['pdb'])
         drop |= {f'#{mid}/{st.residues[st.res_of[i]][0]}:{st.residues[st.res_of[i]][1]}' for i in idx}
     self.state['labels'] = [l for l in self.state['labels'] if l not in drop]
 
 def _c_log(self, args):
-    if args and args[0].lower() == 'clear': self.state['log'] = []; return
+    if args and args[0].lower() == 'clear':
+        self.state['log'] = []
+        return
     raise CommandError('log supports only clear')
 
 SAVE_FORMATS = {'cxs': 'session', 'pdb': 'PDB', 'cif': 'mmCIF', 'png': 'image', 'jpg': 'image', 'tif': 'image'}
 def _c_save(self, args):
     if not args: raise CommandError('Missing file name')
-    p = self._path(args[0]); ext = p.rsplit('.', 1)[-1].lower() if '.' in p else ''
+    p = self._path(args[0])
+    ext = p.rsplit('.', 1)[-1].lower() if '.' in p else ''
     if ext not in SAVE_FORMATS: raise CommandError(f'Unrecognized file suffix ".{ext}"; use .cxs, .pdb, .cif or .png')
     if SAVE_FORMATS[ext] in ('PDB', 'mmCIF') and not self.state['models']: raise CommandError('No structures to save')
-    self.state['saved'].append(p); self.state['files'].setdefault(p, None)
+    self.state['saved'].append(p)
+    self.state['files'].setdefault(p, None)
     self.log(f'Saved {SAVE_FORMATS[ext]} to {p}')
 
 def _c_rename(self, args):
@@ -884,11 +995,14 @@ Biochem._set_sel = _set_sel
 
 # %% ../../nbs/05c_biochem.ipynb #683b85bd
 def _dump(self):
-    st_ = self.state; residues = []
+    st_ = self.state
+    residues = []
     for m in st_['models']:
-        st = structure(m['pdb']); el = st.elements
+        st = structure(m['pdb'])
+        el = st.elements
         for ri, (ch, num, name, kind, a0, a1) in enumerate(st.residues):
-            heavy = [a for a in range(a0, a1) if el[a] != 'H'] or list(range(a0, a1)); hs = [a for a in range(a0, a1) if el[a] == 'H']
+            heavy = [a for a in range(a0, a1) if el[a] != 'H'] or list(range(a0, a1))
+            hs = [a for a in range(a0, a1) if el[a] == 'H']
             c = next((a for a in heavy if el[a] == 'C'), heavy[0])
             residues.append(dict(spec=f"#{m['id']}/{ch}:{num}", model=m['id'], chain=ch, number=num, name=name, kind=kind,
                                  color=m['color'][c], hetero=all(m['color'][a] == ELEMENT_COLORS[el[a]] for a in heavy if el[a] not in 'CH'),
@@ -911,8 +1025,11 @@ def _mix(a, b, t): return (round(a[0] + (b[0] - a[0]) * t), round(a[1] + (b[1] -
 
 def _camera_fn(app, ox=0, oy=0):
     "A function from world coordinates to (screen x, screen y, depth), with the screen origin moved to (ox, oy); and the scale"
-    cam = app.state['camera']; (a, b, c), (d, e, f), (g, h, k) = cam['rot']; c0, c1, c2 = cam['center']
-    s = cam['fit'] * cam['zoom']; cx, cy = (CANVAS[0] + CANVAS[2]) / 2 - ox, (CANVAS[1] + CANVAS[3]) / 2 - oy
+    cam = app.state['camera']
+    (a, b, c), (d, e, f), (g, h, k) = cam['rot']
+    c0, c1, c2 = cam['center']
+    s = cam['fit'] * cam['zoom']
+    cx, cy = (CANVAS[0] + CANVAS[2]) / 2 - ox, (CANVAS[1] + CANVAS[3]) / 2 - oy
     def proj(p):
         x, y, z = p[0] - c0, p[1] - c1, p[2] - c2
         return (cx + (a * x + b * y + c * z) * s, cy - (d * x + e * y + f * z) * s, g * x + h * y + k * z)
@@ -923,7 +1040,8 @@ def _xyz_array(pdb): return np.array(structure(pdb).xyz, dtype=float)
 
 def _screen(app, m, ox=0, oy=0):
     "Screen x, y and depth of every atom of model `m` (numpy arrays)"
-    cam = app.state['camera']; s = cam['fit'] * cam['zoom']
+    cam = app.state['camera']
+    s = cam['fit'] * cam['zoom']
     v = (_xyz_array(m['pdb']) - np.array(cam['center'])) @ np.array(cam['rot']).T
     return (CANVAS[0] + CANVAS[2]) / 2 - ox + v[:, 0] * s, (CANVAS[1] + CANVAS[3]) / 2 - oy - v[:, 1] * s, v[:, 2]
 
@@ -932,16 +1050,19 @@ def project(app, ox=0, oy=0)->dict:
     out = {}
     for m in app.state['models']:
         if not m['shown']: continue
-        sx, sy, sz = (a.tolist() for a in _screen(app, m, ox, oy)); disp = m['disp']
+        sx, sy, sz = (a.tolist() for a in _screen(app, m, ox, oy))
+        disp = m['disp']
         out[m['id']] = {i: (sx[i], sy[i], sz[i]) for i in range(len(disp)) if disp[i]}
     return out
 
 def pick(app, x, y):
     "The front-most displayed atom under (x, y): (model id, atom index) or None"
-    _, s = _camera_fn(app); best = None
+    _, s = _camera_fn(app)
+    best = None
     for m in app.state['models']:
         if not m['shown']: continue
-        sx, sy, sz = _screen(app, m); st = structure(m['pdb'])
+        sx, sy, sz = _screen(app, m)
+        st = structure(m['pdb'])
         near = np.flatnonzero((sx - x) ** 2 + (sy - y) ** 2 <= max(5.0, 1.8 * s) ** 2)   # generous first cut
         for i in near.tolist():
             if not m['disp'][i]: continue
@@ -957,7 +1078,8 @@ def _radius(style, el, s, bonded):
 # %% ../../nbs/05c_biochem.ipynb #980ea373
 def _scene_key(app, box):
     "Everything the 3D view depends on, hashable"
-    st = app.state; cam = st['camera']
+    st = app.state
+    cam = st['camera']
     return (box, st['background'], tuple(st['lighting'].items()), tuple(map(tuple, cam['rot'])), tuple(cam['center']), cam['fit'], cam['zoom'],
             tuple((m['id'], m['pdb'], m['shown'], tuple(m['color']), tuple(m['disp']), tuple(m['style']), tuple(m['cartoon']), frozenset(m['sel']))
                   for m in st['models']),
@@ -969,14 +1091,18 @@ def draw_scene(cv, app, box=CANVAS):
     key = _scene_key(app, box)
     img = _SCENES.pop(key, None)
     if img is None:   # painted into an image of its own, so nothing spills over the panels around it
-        img = Image.new('RGB', (box[2] - box[0], box[3] - box[1])); _paint_scene(Canvas2D(img), app, box)
+        img = Image.new('RGB', (box[2] - box[0], box[3] - box[1]))
+        _paint_scene(Canvas2D(img), app, box)
     _SCENES[key] = img
     while len(_SCENES) > 8: del _SCENES[next(iter(_SCENES))]
     cv.img.paste(img, box[:2])
 
 def _paint_scene(cv, app, box=CANVAS):
     "Paint the view of `box` into `cv`, an image the size of the box"
-    st_ = app.state; bg = rgb(st_['background']); L = st_['lighting']; ox, oy = box[0], box[1]
+    st_ = app.state
+    bg = rgb(st_['background'])
+    L = st_['lighting']
+    ox, oy = box[0], box[1]
     wd, ht = box[2] - box[0], box[3] - box[1]
     cv.rect((0, 0, wd, ht), fill=bg)
     dark_bg = sum(bg) < 384
@@ -984,7 +1110,8 @@ def _paint_scene(cv, app, box=CANVAS):
         msg = 'No models open. Use File > Open… or type a command such as "open 1bkx" below.'
         cv.text(((wd - text_width(msg, 12)) / 2, ht / 2 - 8), msg, (150, 150, 160) if dark_bg else (90, 90, 100), 12)
         return
-    proj, s = _camera_fn(app, ox, oy); P = project(app, ox, oy)
+    proj, s = _camera_fn(app, ox, oy)
+    P = project(app, ox, oy)
     zs = [p[2] for d in P.values() for p in d.values()] or [0.0]
     zmin, zspan = min(zs), max(1e-6, max(zs) - min(zs))
     hi = min(1.15, max(0.3, 0.45 + 0.35 * L['ambient'] + 0.25 * L['intensity']))
@@ -994,7 +1121,8 @@ def _paint_scene(cv, app, box=CANVAS):
         lv = int(9.999 * (z - zmin) / zspan)
         key = (hexcol, lv)
         if key not in cache:
-            c = rgb(hexcol); c = tuple(min(255, round(v * hi)) for v in c)
+            c = rgb(hexcol)
+            c = tuple(min(255, round(v * hi)) for v in c)
             cache[key] = _mix(c, bg, (1 - lv / 9) * fogk)
         return cache[key]
     sil, shadows, keylight = L['silhouettes'], L['shadows'], L['intensity'] > 0
@@ -1002,11 +1130,14 @@ def _paint_scene(cv, app, box=CANVAS):
     prims = []
     for m in st_['models']:
         if not m['shown']: continue
-        st = structure(m['pdb']); Pm = P[m['id']]; col, sty, sel, el = m['color'], m['style'], m['sel'], st.elements
+        st = structure(m['pdb'])
+        Pm = P[m['id']]
+        col, sty, sel, el = m['color'], m['style'], m['sel'], st.elements
         bonded = set()
         for i, j in st.bonds:
             if i in Pm and j in Pm:
-                bonded.add(i); bonded.add(j)
+                bonded.add(i)
+                bonded.add(j)
                 if sty[i] == 'sphere' and sty[j] == 'sphere': continue
                 w = max(1, round((0.36 if 'stick' in (sty[i], sty[j]) else 0.16) * s))
                 prims.append((min(Pm[i][2], Pm[j][2]) - 0.05, 0, (Pm[i], Pm[j], col[i], col[j], w, i in sel and j in sel)))
@@ -1020,9 +1151,13 @@ def _paint_scene(cv, app, box=CANVAS):
             if not any(m['cartoon'][k] for k in ks): continue
             anchor = [next((i for i in range(st.residues[k][4], st.residues[k][5]) if st.names[i] in ('CA', 'P')),
                            next((i for i in range(st.residues[k][4], st.residues[k][5]) if st.names[i] == "C4'"), st.residues[k][4])) for k in ks]
-            raw = [st.xyz[a] for a in anchor]; n = len(raw); pts = []
+            raw = [st.xyz[a] for a in anchor]
+            n = len(raw)
+            pts = []
             for j in range(n):
-                if st.ss[ks[j]] == 'H': win = raw[max(0, j - 1):min(n, j + 3)]; pts.append(_centroid(win))
+                if st.ss[ks[j]] == 'H':
+                    win = raw[max(0, j - 1):min(n, j + 3)]
+                    pts.append(_centroid(win))
                 elif st.ss[ks[j]] == 'E' and 0 < j < n - 1: pts.append(_add(_mul(raw[j], 0.5), _mul(_add(raw[j - 1], raw[j + 1]), 0.25)))
                 else: pts.append(raw[j])
             for j in range(n - 1):
@@ -1045,7 +1180,8 @@ def _paint_scene(cv, app, box=CANVAS):
             if c1 == c2: line([(x1, y1), (x2, y2)], fill=shade(c1, z), width=w)
             else:
                 mx, my = (x1 + x2) / 2, (y1 + y2) / 2
-                line([(x1, y1), (mx, my)], fill=shade(c1, z1), width=w); line([(mx, my), (x2, y2)], fill=shade(c2, z2), width=w)
+                line([(x1, y1), (mx, my)], fill=shade(c1, z1), width=w)
+                line([(mx, my), (x2, y2)], fill=shade(c2, z2), width=w)
         elif kind == 1:
             (x, y, _), r, c, seld = d
             fc = shade(c, z)
@@ -1056,7 +1192,8 @@ def _paint_scene(cv, app, box=CANVAS):
                 ell((x - r * 0.9, y - r * 0.9, x + r * 0.8, y + r * 0.8), fill=fc)
             else: ell(box_, fill=fc, outline=outline, width=2 if seld else 1)
             if keylight and r >= 3.5:
-                h = r * 0.3; ell((x - r * 0.45 - h, y - r * 0.45 - h, x - r * 0.45 + h, y - r * 0.45 + h), fill=_mix(fc, (255, 255, 255), 0.5 * min(1.0, L['intensity'])))
+                h = r * 0.3
+                ell((x - r * 0.45 - h, y - r * 0.45 - h, x - r * 0.45 + h, y - r * 0.45 + h), fill=_mix(fc, (255, 255, 255), 0.5 * min(1.0, L['intensity'])))
         else:
             (x1, y1, _), (x2, y2, _), c, wd = d
             if sil: line([(x1, y1), (x2, y2)], fill=(0, 0, 0), width=wd + 2)
@@ -1070,7 +1207,8 @@ def _paint_scene(cv, app, box=CANVAS):
             if m is None or not m['shown']: break
             ends.append(proj(structure(m['pdb']).xyz[i]))
         if len(ends) != 2: continue
-        (x1, y1, _), (x2, y2, _) = ends; n = max(1, int(math.hypot(x2 - x1, y2 - y1) / 6))
+        (x1, y1, _), (x2, y2, _) = ends
+        n = max(1, int(math.hypot(x2 - x1, y2 - y1) / 6))
         for k in range(0, n, 2): line([(x1 + (x2 - x1) * k / n, y1 + (y2 - y1) * k / n), (x1 + (x2 - x1) * (k + 1) / n, y1 + (y2 - y1) * (k + 1) / n)], fill=(255, 215, 0), width=2)
         cv.text(((x1 + x2) / 2 + 4, (y1 + y2) / 2 - 16), f"{dm['value']:.3f} A", (255, 215, 0), 12)
     for text, (x, y) in app._label_positions():
@@ -1080,7 +1218,8 @@ def _paint_scene(cv, app, box=CANVAS):
 def _parse_aspec(self, a):
     "'#1/A:12@CA' -> (1, atom index)"
     m = re.fullmatch(r"#(\d+)/(\w+):(-?\d+)@([\w']+)", a)
-    mid = int(m.group(1)); mod = self._model(mid)
+    mid = int(m.group(1))
+    mod = self._model(mid)
     if mod is None: return mid, -1
     st = structure(mod['pdb'])
     for ch, num, _, _, a0, a1 in st.residues:
@@ -1092,9 +1231,11 @@ Biochem._parse_aspec = _parse_aspec
 def _label_positions(self):
     "(text, screen position) of each residue label, at the residue's C-alpha (or first atom)"
     if not self.state['labels']: return []
-    proj, _ = _camera_fn(self); out = []
+    proj, _ = _camera_fn(self)
+    out = []
     for spec in self.state['labels']:
-        mid = int(spec.split('/')[0][1:]); m = self._model(mid)
+        mid = int(spec.split('/')[0][1:])
+        m = self._model(mid)
         if m is None or not m['shown']: continue
         ch, num = spec.split('/')[1].split(':')
         st = structure(m['pdb'])
@@ -1120,13 +1261,18 @@ def _icon(name):
     def draw(cv, x, y):
         d = cv.d
         if name == 'Open':
-            d.rectangle((x + 2, y + 7, x + 22, y + 21), fill=(236, 196, 90), outline=(160, 120, 40)); d.rectangle((x + 2, y + 4, x + 10, y + 8), fill=(236, 196, 90), outline=(160, 120, 40))
+            d.rectangle((x + 2, y + 7, x + 22, y + 21), fill=(236, 196, 90), outline=(160, 120, 40))
+            d.rectangle((x + 2, y + 4, x + 10, y + 8), fill=(236, 196, 90), outline=(160, 120, 40))
         elif name == 'Save':
-            d.rectangle((x + 3, y + 3, x + 21, y + 21), fill=(70, 110, 190), outline=(40, 60, 120)); d.rectangle((x + 7, y + 3, x + 17, y + 10), fill=(235, 235, 240)); d.rectangle((x + 7, y + 14, x + 17, y + 21), fill=(200, 205, 215))
+            d.rectangle((x + 3, y + 3, x + 21, y + 21), fill=(70, 110, 190), outline=(40, 60, 120))
+            d.rectangle((x + 7, y + 3, x + 17, y + 10), fill=(235, 235, 240))
+            d.rectangle((x + 7, y + 14, x + 17, y + 21), fill=(200, 205, 215))
         elif name == 'Home':
-            d.polygon([(x + 12, y + 2), (x + 23, y + 12), (x + 1, y + 12)], fill=(90, 140, 90)); d.rectangle((x + 5, y + 12, x + 19, y + 22), fill=(200, 170, 120), outline=(120, 90, 50))
+            d.polygon([(x + 12, y + 2), (x + 23, y + 12), (x + 1, y + 12)], fill=(90, 140, 90))
+            d.rectangle((x + 5, y + 12, x + 19, y + 22), fill=(200, 170, 120), outline=(120, 90, 50))
         elif name == 'Stick':
-            d.line([(x + 4, y + 18), (x + 12, y + 8), (x + 20, y + 16)], fill=(120, 120, 120), width=4); d.line([(x + 12, y + 8), (x + 12, y + 2)], fill=(230, 40, 40), width=4)
+            d.line([(x + 4, y + 18), (x + 12, y + 8), (x + 20, y + 16)], fill=(120, 120, 120), width=4)
+            d.line([(x + 12, y + 8), (x + 12, y + 2)], fill=(230, 40, 40), width=4)
         elif name == 'Ball & stick':
             d.line([(x + 5, y + 18), (x + 12, y + 8), (x + 19, y + 17)], fill=(120, 120, 120), width=2)
             for cx, cy, c in ((5, 18, (130, 130, 130)), (12, 8, (60, 90, 240)), (19, 17, (230, 40, 40))): d.ellipse((x + cx - 4, y + cy - 4, x + cx + 4, y + cy + 4), fill=c)
@@ -1135,7 +1281,8 @@ def _icon(name):
         elif name == 'Cartoon':
             d.line([(x + 2, y + 16), (x + 7, y + 6), (x + 12, y + 16), (x + 17, y + 6), (x + 22, y + 12)], fill=(200, 60, 160), width=5)
         elif name == 'By chain':
-            d.ellipse((x + 2, y + 4, x + 14, y + 16), fill=(123, 104, 238)); d.ellipse((x + 10, y + 8, x + 22, y + 20), fill=(240, 128, 128))
+            d.ellipse((x + 2, y + 4, x + 14, y + 16), fill=(123, 104, 238))
+            d.ellipse((x + 10, y + 8, x + 22, y + 20), fill=(240, 128, 128))
         elif name == 'By element':
             for cx, cy, c in ((6, 8, (144, 144, 144)), (17, 8, (48, 80, 248)), (6, 18, (255, 13, 13)), (17, 18, (255, 255, 48))): d.ellipse((x + cx - 5, y + cy - 5, x + cx + 5, y + cy + 5), fill=c)
         elif name == 'Rainbow':
@@ -1144,7 +1291,9 @@ def _icon(name):
             c = {'Simple': (250, 210, 60), 'Soft': (250, 235, 170), 'Full': (240, 170, 40)}[name]
             if name == 'Full': d.ellipse((x + 7, y + 8, x + 23, y + 24), fill=(90, 90, 90))
             d.ellipse((x + 4, y + 4, x + 20, y + 20), fill=c, outline=(150, 120, 30))
-            if name == 'Simple': d.line([(x + 12, y), (x + 12, y + 3)], fill=(150, 120, 30), width=2); d.line([(x + 21, y + 12), (x + 24, y + 12)], fill=(150, 120, 30), width=2)
+            if name == 'Simple':
+                d.line([(x + 12, y), (x + 12, y + 3)], fill=(150, 120, 30), width=2)
+                d.line([(x + 21, y + 12), (x + 24, y + 12)], fill=(150, 120, 30), width=2)
         elif name == 'Silhouettes':
             d.ellipse((x + 3, y + 3, x + 21, y + 21), fill=(120, 170, 230), outline=(0, 0, 0), width=3)
     return draw
@@ -1162,8 +1311,13 @@ def _toolbar_layout():
     "x positions and widths of the toolbar buttons, and of the separators"
     out, seps, x = [], [], 6
     for it in TOOLBAR:
-        if it is None: seps.append(x + 4); x += 10; continue
-        wd = max(44, text_width(it[0], 11) + 10); out.append((it[0], it[1], x, wd, text_width(it[0], 11))); x += wd + 2
+        if it is None:
+            seps.append(x + 4)
+            x += 10
+            continue
+        wd = max(44, text_width(it[0], 11) + 10)
+        out.append((it[0], it[1], x, wd, text_width(it[0], 11)))
+        x += wd + 2
     return out, seps
 
 def _toolbar(app):
@@ -1176,7 +1330,8 @@ def _toolbar(app):
             cv.text(((x1 + x2 - tw) / 2, y1 + 29), name, COL['text'], 11)
         bar.children.append(Widget('button', name, (x, 54, x + wd, 102), draw=draw, on_click=lambda app, x_, y_, n, act=act: act(app)))
     def draw(cv, w):
-        cv.rect(w.box, fill=COL['menu']); cv.line([(0, w.box[3] - 1), (W, w.box[3] - 1)], COL['border'])
+        cv.rect(w.box, fill=COL['menu'])
+        cv.line([(0, w.box[3] - 1), (W, w.box[3] - 1)], COL['border'])
         for xs in seps: cv.line([(xs, 58), (xs, 98)], COL['border'])
         _draw_children(cv, w)
     bar.draw = draw
@@ -1192,11 +1347,13 @@ def _rows_for(models):
     return [(mid, k, f"#{mid}/{r[0]}:{r[1]} {r[2]}") for mid, pdb in models for k, r in enumerate(structure(pdb).residues)]
 
 def _res_spec(app, mid, k):
-    r = structure(app._model(mid)['pdb']).residues[k]; return f'#{mid}/{r[0]}:{r[1]}'
+    r = structure(app._model(mid)['pdb']).residues[k]
+    return f'#{mid}/{r[0]}:{r[1]}'
 
 def _residue_menu(app, mid, k, x, y):
     spec = _res_spec(app, mid, k)
-    m = app._model(mid); r = structure(m['pdb']).residues[k]
+    m = app._model(mid)
+    r = structure(m['pdb']).residues[k]
     shown = any(m['disp'][i] for i in range(r[4], r[5]))
     app.context_menu([MenuItem('Select', _do(f'select {spec}')), MenuItem('Add to selection', _do(f'select add {spec}')),
                       MenuItem('Remove from selection', _do(f'select subtract {spec}')), None,
@@ -1216,7 +1373,8 @@ def _range_spec(app, rows):
     return ' '.join(f'#{m}/{c}:{a}' + (f'-{b}' if b != a else '') for m, c, a, b in groups)
 
 def _residues_panel(app, box):
-    rows = _res_rows(app); fit = (box[3] - box[1] - 4) // ROW_H
+    rows = _res_rows(app)
+    fit = (box[3] - box[1] - 4) // ROW_H
     off = max(0, min(app.ui['scroll'].get('Residues', 0), len(rows) - fit))
     w = Widget('list', 'Residues', box)
     def scroll(app, d, x, y):
@@ -1228,8 +1386,11 @@ def _residues_panel(app, box):
         app.run('select ' + _range_spec(app, rows[a:b + 1]))
     models = {m['id']: (m, structure(m['pdb'])) for m in app.state['models']}
     for n, (mid, k, name) in enumerate(rows[off:off + fit]):
-        m, st = models[mid]; r = st.residues[k]; a0, a1 = r[4], r[5]
-        sel = not m['sel'].isdisjoint(range(a0, a1)); shown = True in m['disp'][a0:a1]
+        m, st = models[mid]
+        r = st.residues[k]
+        a0, a1 = r[4], r[5]
+        sel = not m['sel'].isdisjoint(range(a0, a1))
+        shown = True in m['disp'][a0:a1]
         c = next((m['color'][i] for i in range(a0, a1) if st.elements[i] == 'C'), m['color'][a0])
         y = box[1] + 2 + n * ROW_H
         def draw(cv, rw, sel=sel, shown=shown, c=c, name=name):
@@ -1244,9 +1405,12 @@ def _residues_panel(app, box):
                                  on_click=click, on_right=lambda app, x, y, mid=mid, k=k: _residue_menu(app, mid, k, x, y),
                                  on_scroll=scroll, on_drag=drag))
     def draw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
         if len(rows) > fit:
-            h = w.box[3] - w.box[1]; top = w.box[1] + h * off / len(rows); bot = w.box[1] + h * min(1, (off + fit) / len(rows))
+            h = w.box[3] - w.box[1]
+            top = w.box[1] + h * off / len(rows)
+            bot = w.box[1] + h * min(1, (off + fit) / len(rows))
             cv.rect((w.box[2] - 6, top, w.box[2] - 2, bot), fill=COL['border'])
     w.draw = draw
     return w
@@ -1263,7 +1427,9 @@ def _model_menu(app, mid, x, y):
 def _models_panel(app, box):
     w = Widget('list', 'Models', box)
     for n, m in enumerate(app.state['models'][:(box[3] - box[1]) // ROW_H]):
-        y = box[1] + 2 + n * ROW_H; name = f"#{m['id']} {m['name']}"; mid = m['id']
+        y = box[1] + 2 + n * ROW_H
+        name = f"#{m['id']} {m['name']}"
+        mid = m['id']
         sel = app.ui.get('model_sel') == mid
         def draw(cv, rw, m=m, sel=sel, name=name):
             if sel: cv.rect((rw.box[0], rw.box[1], rw.box[2], rw.box[3] - 1), fill=COL['sel'])
@@ -1280,7 +1446,9 @@ def _models_panel(app, box):
         row.children.append(Widget('check box', f'Display #{mid}', (box[0] + 4, y, box[0] + 24, y + ROW_H), ('checked',) if m['shown'] else (),
                                    draw=draw_cb, on_click=lambda app, x, y, nc, m=m: app.run(f"{'hide' if m['shown'] else 'show'} #{m['id']} models")))
         w.children.append(row)
-    def draw(cv, w): cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+    def draw(cv, w):
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
     w.draw = draw
     return w
 
@@ -1296,7 +1464,9 @@ def _wrap(text, width):
     for word in text.split(' '):
         t = f'{cur} {word}' if cur else word
         if text_width(t, 12) <= width or not cur: cur = t
-        else: out.append(cur); cur = '  ' + word
+        else:
+            out.append(cur)
+            cur = '  ' + word
     return tuple(out + [cur])
 
 def _log_panel(app, box=LOG_BOX):
@@ -1312,9 +1482,11 @@ def _log_panel(app, box=LOG_BOX):
     def scroll(app, d, x, y):
         if d in ('up', 'down'): app.ui['scroll']['Log'] = max(0, min(max(0, len(lines) - fit), back + (3 if d == 'up' else -3)))
     def draw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
         if len(lines) > fit:
-            h = w.box[3] - w.box[1]; top = w.box[1] + h * (len(lines) - fit - back) / len(lines)
+            h = w.box[3] - w.box[1]
+            top = w.box[1] + h * (len(lines) - fit - back) / len(lines)
             cv.rect((w.box[2] - 6, top, w.box[2] - 2, top + h * fit / len(lines)), fill=COL['border'])
     w.draw, w.on_scroll = draw, scroll
     w.on_right = lambda app, x, y: app.context_menu([MenuItem('Clear log', _do('log clear')), MenuItem('Scroll to end', lambda app: app.ui['scroll'].update(Log=0))], x, y)
@@ -1323,7 +1495,10 @@ def _log_panel(app, box=LOG_BOX):
 def _canvas_menu(app, x, y):
     hit = pick(app, x, y)
     if hit:
-        mid, i = hit; st = structure(app._model(mid)['pdb']); spec = _res_spec(app, mid, st.res_of[i]); a = _aspec(app, mid, i)
+        mid, i = hit
+        st = structure(app._model(mid)['pdb'])
+        spec = _res_spec(app, mid, st.res_of[i])
+        a = _aspec(app, mid, i)
         items = [MenuItem('Select residue', _do(f'select {spec}')), MenuItem('Add residue to selection', _do(f'select add {spec}')),
                  MenuItem('Select atom', _do(f'select {a}')), MenuItem('Add atom to selection', _do(f'select add {a}')), None,
                  MenuItem('Hide residue', _do(f'hide {spec}')), MenuItem('Color residue…', lambda app: _open_color(app, spec)),
@@ -1338,18 +1513,24 @@ def _canvas_menu(app, x, y):
 def _graphics(app):
     def click(app, x, y, n):
         hit = pick(app, x, y)
-        if hit is None: app.set_status(''); return
+        if hit is None:
+            app.set_status('')
+            return
         mid, i = hit
         if n == 2:
-            st = structure(app._model(mid)['pdb']); app.run(f'select {_res_spec(app, mid, st.res_of[i])}')
+            st = structure(app._model(mid)['pdb'])
+            app.run(f'select {_res_spec(app, mid, st.res_of[i])}')
         else: app.set_status(app._describe(mid, i) if len(app.state['models']) > 1 else f'#{mid}' + app._describe(mid, i))
     def rotate(app, x1, y1, x2, y2):
-        dx, dy = x2 - x1, y2 - y1; d = math.hypot(dx, dy)
+        dx, dy = x2 - x1, y2 - y1
+        d = math.hypot(dx, dy)
         if d < 1: return
-        cam = app.state['camera']; cam['rot'] = _matmul(_rot_matrix((dy / d, dx / d, 0.0), 0.5 * d), cam['rot'])
+        cam = app.state['camera']
+        cam['rot'] = _matmul(_rot_matrix((dy / d, dx / d, 0.0), 0.5 * d), cam['rot'])
     def wheel(app, d, x, y):
         if d in ('up', 'down'):
-            cam = app.state['camera']; cam['zoom'] = min(50.0, max(0.05, cam['zoom'] * (1.15 if d == 'up' else 1 / 1.15)))
+            cam = app.state['camera']
+            cam['zoom'] = min(50.0, max(0.05, cam['zoom'] * (1.15 if d == 'up' else 1 / 1.15)))
         else: app._turn('y', 10 if d == 'right' else -10)
     w = Widget('canvas', 'Graphics', CANVAS, draw=lambda cv, w: draw_scene(cv, app), on_click=click, on_drag=rotate, on_scroll=wheel,
                on_right=lambda app, x, y: _canvas_menu(app, x, y))
@@ -1360,16 +1541,22 @@ def _graphics(app):
 def _command_line(app):
     def enter(app, text):
         if text.strip():
-            app.state['history'].append(text.strip()); app.ui['hist'] = None
+            app.state['history'].append(text.strip())
+            app.ui['hist'] = None
             app.run(text)
         app.ui['fields']['Command'] = ''
     f = text_field(app, (84, 750, W - 4, 774), 'Command', on_enter=enter, placeholder='Type a command, e.g. open 1bkx')
     base = f.on_key
     def key(app, keys):
-        k = '+'.join(keys); h = app.state['history']
+        k = '+'.join(keys)
+        h = app.state['history']
         if k in ('up', 'down') and h:
-            i = app.ui.get('hist'); i = (len(h) if i is None else i) + (-1 if k == 'up' else 1); i = max(0, min(len(h), i))
-            app.ui['hist'] = i; app.ui['fields']['Command'] = h[i] if i < len(h) else ''; return True
+            i = app.ui.get('hist')
+            i = (len(h) if i is None else i) + (-1 if k == 'up' else 1)
+            i = max(0, min(len(h), i))
+            app.ui['hist'] = i
+            app.ui['fields']['Command'] = h[i] if i < len(h) else ''
+            return True
         return base(app, keys)
     f.on_key = key
     return f
@@ -1383,8 +1570,11 @@ def _open_dialog(app):
     x, y, x2, y2 = 380, 200, 900, 560
     def ok(app):
         t = app.ui['fields'].get('File name or PDB ID', '').strip()
-        if not t: app.set_status('Enter a PDB id or a file name'); return
-        n = len(app.state['models']); app.run(f'open {t}')
+        if not t:
+            app.set_status('Enter a PDB id or a file name')
+            return
+        n = len(app.state['models'])
+        app.run(f'open {t}')
         if len(app.state['models']) > n: app.close_dialog()
     entries = [(k, v['title']) for k, v in CATALOG.items()] + [(p, 'file') for p, v in app.state['files'].items() if v]
     sel = app.ui.get('open_sel')
@@ -1393,9 +1583,11 @@ def _open_dialog(app):
         ry = y + 102 + 22 * n
         def draw(cv, w, name=name, desc=desc):
             if sel == name: cv.rect(w.box, fill=COL['sel'])
-            cv.text((w.box[0] + 6, w.box[1] + 1), name, COL['text'], 13); cv.text((w.box[0] + 170, w.box[1] + 2), desc, COL['dim'], 12, clip=w.box[2] - w.box[0] - 176)
+            cv.text((w.box[0] + 6, w.box[1] + 1), name, COL['text'], 13)
+            cv.text((w.box[0] + 170, w.box[1] + 2), desc, COL['dim'], 12, clip=w.box[2] - w.box[0] - 176)
         def click(app, x_, y_, nc, name=name):
-            app.ui['open_sel'] = name; app.ui['fields']['File name or PDB ID'] = name
+            app.ui['open_sel'] = name
+            app.ui['fields']['File name or PDB ID'] = name
             if nc == 2: ok(app)
         rows.children.append(Widget('list item', name, (x + 22, ry, x2 - 22, ry + 22), ('selected',) if sel == name else (), draw=draw, on_click=click))
     rows.draw = lambda cv, w: (cv.rect(w.box, fill=COL['field'], outline=COL['border']), _draw_children(cv, w))
@@ -1410,7 +1602,8 @@ def _save_dialog(app):
     def ok(app):
         t = app.ui['fields'].get('File name', '').strip()
         if not t: return
-        n = len(app.state['saved']); app.run(f'save {t}')
+        n = len(app.state['saved'])
+        app.run(f'save {t}')
         if len(app.state['saved']) > n: app.close_dialog()
     return dialog('Save', (x, y, x2, y2), [
         label((x + 20, y + 40, x2 - 20, y + 58), 'Save as session (.cxs), structure (.pdb, .cif) or image (.png):'),
@@ -1422,17 +1615,23 @@ SWATCHES = ('red', 'orange', 'yellow', 'lime', 'green', 'cyan', 'blue', 'purple'
 def _open_color(app, spec=None):
     app.ui['color_target'] = spec if spec is not None else _target(app)
     app.ui['fields']['Color name or hex'] = ''
-    app.open_dialog(_color_dialog); app.ui['focus'] = 'Color name or hex'
+    app.open_dialog(_color_dialog)
+    app.ui['focus'] = 'Color name or hex'
 
 def _color_dialog(app):
     x, y, x2, y2 = 420, 230, 860, 500
     tgt = app.ui.get('color_target') or ''
     def ok(app):
         t = app.ui['fields'].get('Color name or hex', '').strip().replace(' ', '')
-        if not t: app.set_status('Choose a color'); return
+        if not t:
+            app.set_status('Choose a color')
+            return
         try: parse_color(t)
-        except CommandError as e: app.set_status(str(e)); return
-        app.run(' '.join(w for w in ('color', tgt, t) if w)); app.close_dialog()
+        except CommandError as e:
+            app.set_status(str(e))
+            return
+        app.run(' '.join(w for w in ('color', tgt, t) if w))
+        app.close_dialog()
     kids = [label((x + 20, y + 38, x2 - 20, y + 56), f"Color {'the selection' if tgt == 'sel' else tgt if tgt else 'all atoms'}:")]
     for n, c in enumerate(SWATCHES):
         bx, by = x + 20 + (n % 7) * 58, y + 64 + (n // 7) * 50
@@ -1458,18 +1657,22 @@ def _lighting_dialog(app):
     x, y, x2, y2 = 400, 180, 880, 560
     L = app.state['lighting']
     def apply(app, close=True):
-        f = app.ui['fields']; cmds = []
+        f = app.ui['fields']
+        cmds = []
         try:
             i, a = _num(f.get('Key light intensity', ''), 0, 5, 'key light intensity'), _num(f.get('Ambient intensity', ''), 0, 5, 'ambient intensity')
             bg = parse_color(f.get('Background color', ''))
-        except CommandError as e: app.set_status(str(e)); return
+        except CommandError as e:
+            app.set_status(str(e))
+            return
         if abs(i - L['intensity']) > 1e-9 or abs(a - L['ambient']) > 1e-9: cmds.append(f'lighting intensity {i:g} ambientIntensity {a:g}')
         if bg != app.state['background']: cmds.append(f'set bgColor {bg}')
         if cmds: app.run('; '.join(cmds))
         if close: app.close_dialog()
     def preset(p):
         def f(app):
-            app.run(f'lighting {p}'); L2 = app.state['lighting']
+            app.run(f'lighting {p}')
+            L2 = app.state['lighting']
             app.ui['fields'].update({'Key light intensity': f"{L2['intensity']:g}", 'Ambient intensity': f"{L2['ambient']:g}"})
         return f
     kids = [label((x + 20, y + 38, x2 - 20, y + 56), f"Preset (current: {L['preset']}):")]
@@ -1491,14 +1694,19 @@ _lighting_dialog.title = 'Lighting'
 def _open_rename(app, mid):
     m = app._model(mid)
     if m is None: return
-    app.ui['rename'] = mid; app.ui['fields']['Model name'] = m['name']
-    app.open_dialog(_rename_dialog); app.ui['focus'] = 'Model name'; app.ui['select_all'] = 'Model name'
+    app.ui['rename'] = mid
+    app.ui['fields']['Model name'] = m['name']
+    app.open_dialog(_rename_dialog)
+    app.ui['focus'] = 'Model name'
+    app.ui['select_all'] = 'Model name'
 
 def _rename_dialog(app):
     x, y, x2, y2 = 440, 300, 840, 440
     def ok(app):
         t = app.ui['fields'].get('Model name', '').strip()
-        if t: app.run(f"rename #{app.ui.get('rename')} {t}"); app.close_dialog()
+        if t:
+            app.run(f"rename #{app.ui.get('rename')} {t}")
+            app.close_dialog()
     return dialog('Rename model', (x, y, x2, y2), [
         label((x + 20, y + 38, x2 - 20, y + 56), f"New name for model #{app.ui.get('rename')}:"),
         text_field(app, (x + 20, y + 60, x2 - 20, y + 90), 'Model name', on_enter=lambda app, t: ok(app)), *_dlg_buttons(x2, y2, 'OK', ok)])
@@ -1517,7 +1725,9 @@ def _dialog_with_focus(builder, field=None):
     def f(app):
         if builder is _lighting_dialog: return _open_lighting(app)
         app.open_dialog(builder)
-        if field: app.ui['focus'] = field; app.ui['fields'][field] = ''
+        if field:
+            app.ui['focus'] = field
+            app.ui['fields'][field] = ''
     return f
 
 def _any(app, pred, displayed=True):
@@ -1595,5 +1805,8 @@ def _build(self):
     return root
 Biochem.build = _build
 
-def _close_dialog(self): self.ui['dialog'] = None; self.ui['focus'] = 'Command'; self._dirty()
+def _close_dialog(self):
+    self.ui['dialog'] = None
+    self.ui['focus'] = 'Command'
+    self._dirty()
 Biochem.close_dialog = _close_dialog

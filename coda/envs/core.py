@@ -38,7 +38,8 @@ class PNG(bytes):
 
 def pillow_png(img)->PNG:
     "A PIL image as PNG by Pillow at compression level 1 (a bare `Observation`'s encoder)"
-    buf = io.BytesIO(); img.save(buf, format='PNG', compress_level=1)
+    buf = io.BytesIO()
+    img.save(buf, format='PNG', compress_level=1)
     return PNG(buf.getvalue())
 
 # %% ../../nbs/05_envs.ipynb #f1a2b3c8
@@ -84,7 +85,8 @@ class FrameEncoder:
         "The bands whose pixels differ from the previous frame's (all of them when there is none, or it had another size)"
         prev, (h, n), b = self._rows, rows.shape, self.band
         if prev is None or prev.shape != rows.shape:
-            self._bands = [None] * -(-h // b); return list(range(len(self._bands)))
+            self._bands = [None] * -(-h // b)
+            return list(range(len(self._bands)))
         diff = (rows.view(np.uint64) != prev.view(np.uint64)) if n % 8 == 0 else (rows != prev)   # 8 bytes at a time where rows allow
         return np.flatnonzero(np.logical_or.reduceat(diff.any(1), np.arange(0, h, b))).tolist()
 
@@ -101,7 +103,9 @@ class FrameEncoder:
         self.stats['frames'] += 1
         (w, h), b = img.size, self.band
         rows = np.frombuffer(img.tobytes(), np.uint8).reshape(h, w * 3)   # our own copy: whoever holds the image may draw on it
-        if not (changed := self._changed(rows)): self.stats['same'] += 1; return self._png
+        if not (changed := self._changed(rows)):
+            self.stats['same'] += 1
+            return self._png
         for k in changed: self._bands[k] = self._deflate(rows[k * b:k * b + b])
         self.stats['bands'] += len(changed)
         adler = 1

@@ -122,7 +122,8 @@ def _watchdog(mark:str, tmp:Path)->tuple:
     try: p = subprocess.Popen([sys.executable, '-I', '-S', '-c', WATCHDOG, str(r), mark, str(tmp)], pass_fds=(r,), env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except BaseException:
-        os.close(w); raise
+        os.close(w)
+        raise
     finally: os.close(r)
     return w, p
 
@@ -140,7 +141,9 @@ def sweep_desktops(tmpdir:str|None=None, # where desktops make their folders (de
     orphans = orphaned_processes()
     _kill(orphans)
     end = time.time() + 2
-    while orphans and time.time() < end: orphans = [p for p in orphans if _proc_env(p)]; time.sleep(0.02)
+    while orphans and time.time() < end:
+        orphans = [p for p in orphans if _proc_env(p)]
+        time.sleep(0.02)
     out = []
     for p in sorted(Path(tmpdir or tempfile.gettempdir()).glob('coda-desktop-*')):
         try: st = p.lstat()
@@ -150,7 +153,8 @@ def sweep_desktops(tmpdir:str|None=None, # where desktops make their folders (de
         if not re.fullmatch(r'[0-9a-f]{12}', mark): continue                       # not a desktop's folder
         gone = _start_time(int(m[2])) != int(m[3]) if m else time.time() - st.st_mtime > STALE_OLD_FOLDER_S
         if gone and not desktop_processes(mark):
-            shutil.rmtree(p, ignore_errors=True); out.append(p)
+            shutil.rmtree(p, ignore_errors=True)
+            out.append(p)
     return out
 
 # %% ../../nbs/05f_desktop.ipynb #adcdf3ef
@@ -164,7 +168,8 @@ def openbox_config(path:Path|str, # where to write rc.xml
     base = Path('/etc/xdg/openbox/rc.xml')
     xml = base.read_text() if base.exists() else '<openbox_config xmlns="http://openbox.org/3.4/rc">\n<applications>\n</applications>\n</openbox_config>\n'
     if maximize: xml = re.sub(r'<applications>.*?</applications>', lambda m: _OB_APPS, xml, flags=re.S)
-    p = Path(path); p.write_text(xml)
+    p = Path(path)
+    p.write_text(xml)
     return p
 
 # %% ../../nbs/05f_desktop.ipynb #538403ea
@@ -180,7 +185,8 @@ def _keep_big_buffers():
     try:
         import ctypes
         libc = ctypes.CDLL('libc.so.6')
-        libc.mallopt(-3, 64 << 20); libc.mallopt(-1, 128 << 20)     # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+        libc.mallopt(-3, 64 << 20)
+        libc.mallopt(-1, 128 << 20)     # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
     except (OSError, AttributeError): pass                            # not glibc: slower screenshots, nothing else
 
 def _utf8_locale()->str:
@@ -206,7 +212,8 @@ def _cleanup(procs, bus_pid, mark, tmp, guard=None):
     for _ in range(50):                      # whatever was re-parented away (helpers, forked daemons)
         left = desktop_processes(mark)
         if not left: break
-        _kill(left); time.sleep(0.02)
+        _kill(left)
+        time.sleep(0.02)
     if tmp: shutil.rmtree(tmp, ignore_errors=True)
     if guard:                                # closing the pipe ends the watchdog, which then finds nothing to do
         os.close(guard.pop('fd'))
@@ -229,19 +236,24 @@ class Desktop:
     def start(self)->'Desktop':
         "Start Xvfb, the bus and the window manager; raises DesktopError (having released everything) on failure"
         if self.display: return self
-        need('Xvfb', 'xvfb'); need('xdotool', 'xdotool')
+        need('Xvfb', 'xvfb')
+        need('xdotool', 'xdotool')
         sweep_desktops()                     # what a driver that was killed left, if its watchdog was killed too
         self.tmp, self._guard = desktop_folder(self.id), {}
         self._fin = weakref.finalize(self, _cleanup, self.procs, None, self.id, self.tmp, self._guard)
         self._guard['fd'], self._guard['proc'] = _watchdog(self.id, self.tmp)
         try: self._start()
         except BaseException:
-            self.close(); raise
+            self.close()
+            raise
         return self
 
     def _start(self):
         home, run = self.tmp/'home', self.tmp/'run'
-        home.mkdir(); run.mkdir(mode=0o700); (self.tmp/'logs').mkdir(); (self.tmp/'tmp').mkdir()
+        home.mkdir()
+        run.mkdir(mode=0o700)
+        (self.tmp/'logs').mkdir()
+        (self.tmp/'tmp').mkdir()
         r, w = os.pipe()
         W, H = self.size
         x = self._popen(['Xvfb', '-displayfd', str(w), '-screen', '0', f'{W}x{H}x{self.depth}', '-nolisten', 'tcp', '-noreset'],
@@ -257,13 +269,15 @@ class Desktop:
                     'CODA_DESKTOP_OWNER': str(os.getpid())}
         self.env['LC_ALL'] = self.env['LANG']
         if self.a11y_on:   # GTK/wx publish by default once NO_AT_BRIDGE is gone; Qt 5 only when asked
-            del self.env['NO_AT_BRIDGE']; self.env.update(QT_LINUX_ACCESSIBILITY_ALWAYS_ON='1', QT_ACCESSIBILITY='1')
+            del self.env['NO_AT_BRIDGE']
+            self.env.update(QT_LINUX_ACCESSIBILITY_ALWAYS_ON='1', QT_ACCESSIBILITY='1')
         if self.bus:
             out = subprocess.run([need('dbus-daemon', 'dbus'), '--session', '--fork', '--print-address=1', '--print-pid=1'],
                                  env=self.env, capture_output=True, text=True, timeout=20).stdout.split('\n')
             if len(out) < 2 or not out[1].strip().isdigit(): raise DesktopError(f"dbus-daemon did not start: {out}")
             self.env['DBUS_SESSION_BUS_ADDRESS'], self.bus_pid = out[0].strip(), int(out[1])
-            self._fin.detach(); self._fin = weakref.finalize(self, _cleanup, self.procs, self.bus_pid, self.id, self.tmp, self._guard)
+            self._fin.detach()
+            self._fin = weakref.finalize(self, _cleanup, self.procs, self.bus_pid, self.id, self.tmp, self._guard)
         if self.wm == 'openbox':
             self.launch([need('openbox', 'openbox'), '--config-file', str(openbox_config(self.tmp/'rc.xml'))], 'wm')
             self.wait(lambda: self._wm_ready(), 10, 'openbox did not take the screen')
@@ -334,13 +348,15 @@ class Desktop:
         d = getattr(self._local, 'xd', None)
         if d is None or getattr(self._local, 'xd_for', None) != self.display:
             from Xlib import display as xdisplay
-            d = self._local.xd = xdisplay.Display(self.display); self._local.xd_for = self.display
+            d = self._local.xd = xdisplay.Display(self.display)
+            self._local.xd_for = self.display
         return d
 
     def windows(self)->list:
         "Viewable top-level windows as dicts: id, name, class, x, y, w, h (openbox frames looked through)"
         from Xlib import X, error
-        d = self._xdisplay(); root = d.screen().root
+        d = self._xdisplay()
+        root = d.screen().root
         NAME, UTF8 = d.intern_atom('_NET_WM_NAME'), d.intern_atom('UTF8_STRING')
         out = []
         def visit(w, depth):
@@ -351,7 +367,8 @@ class Desktop:
                 name = (p.value.decode('utf-8', 'replace') if isinstance(p.value, bytes) else p.value) if p else (w.get_wm_name() or '')
                 cls = w.get_wm_class()
                 if name or cls:
-                    g = w.get_geometry(); t = w.translate_coords(root, 0, 0)
+                    g = w.get_geometry()
+                    t = w.translate_coords(root, 0, 0)
                     out.append(dict(id=w.id, name=str(name), cls=cls[1] if cls else '', x=-t.x, y=-t.y, w=g.width, h=g.height))
                 elif depth < 2:
                     for c in w.query_tree().children: visit(c, depth + 1)
@@ -391,7 +408,8 @@ class Desktop:
         g = getattr(self._local, 'grab', None)
         if g is None or getattr(self._local, 'grab_for', None) != self.display:
             import mss
-            g = self._local.grab = mss.MSS(display=self.display); self._local.grab_for = self.display
+            g = self._local.grab = mss.MSS(display=self.display)
+            self._local.grab_for = self.display
         raw = g.grab(g.monitors[1])
         return Image.frombytes('RGB', raw.size, raw.bgra, 'raw', 'BGRX')
 
@@ -642,11 +660,14 @@ class DesktopEnv:
         self.task, self.stop, self.answer, self.check_reasons = task, None, None, []
         self.desktop = Desktop(self.size, self.wm, a11y=self.a11y).start()
         try:
-            self.app = cls(self.desktop); self.app.start(); self.app.setup(task)
+            self.app = cls(self.desktop)
+            self.app.start()
+            self.app.setup(task)
             img = self.desktop.settle(self.settle_timeout, self.quiet)
             self.app.check_alive()
         except BaseException:
-            self.close(); raise
+            self.close()
+            raise
         return self.observe(img)
     def step(self, actions:Sequence)->Observation:
         if self.app is None: raise DesktopError('step before reset')

@@ -159,9 +159,11 @@ def _wiggle(pts, rng, n=5, amp=0.9):
     "A smooth-looking river through control points: each segment split in n, with small perpendicular offsets"
     out = [pts[0]]
     for (x1, y1), (x2, y2) in zip(pts, pts[1:]):
-        dx, dy = x2 - x1, y2 - y1; L = math.hypot(dx, dy) or 1
+        dx, dy = x2 - x1, y2 - y1
+        L = math.hypot(dx, dy) or 1
         for k in range(1, n + 1):
-            t = k / n; off = 0 if k == n else amp * math.sin(t * math.pi) * rng.uniform(-1, 1)
+            t = k / n
+            off = 0 if k == n else amp * math.sin(t * math.pi) * rng.uniform(-1, 1)
             out.append((round(x1 + dx * t - dy / L * off, 3), round(y1 + dy * t + dx / L * off, 3)))
     return out
 
@@ -170,7 +172,9 @@ _SYL = ['ka', 'ro', 'ven', 'tal', 'mi', 'sor', 'de', 'lun', 'bra', 'no', 'zel', 
 def _city_name(rng, used):
     while True:
         n = ''.join(rng.choice(_SYL) for _ in range(rng.choice((2, 2, 3)))).capitalize()
-        if n not in used and len(n) > 3: used.add(n); return n
+        if n not in used and len(n) > 3:
+            used.add(n)
+            return n
 
 @functools.cache
 def world_data()->dict:
@@ -283,7 +287,8 @@ def alpine_data()->dict:
         poly = outline
         for o in seeds:
             if o != nm: poly = clip_halfplane(poly, seeds[nm], seeds[o])
-        poly = [(round(x, 1), round(y, 1)) for x, y in poly]; polys[nm] = poly
+        poly = [(round(x, 1), round(y, 1)) for x, y in poly]
+        polys[nm] = poly
         a = area_km2(poly, latlong=False)
         pfeat.append(dict(cat=cat, kind='area', rings=[poly], bbox=bbox(poly), label=centroid(poly)))
         prows.append(dict(cat=cat, name=nm, population=int(a * rng.uniform(60, 420)) // 100 * 100, area=int(round(a)), capital=nm))
@@ -333,7 +338,8 @@ def parse_where(text:str, columns:list)->tuple:
     if len(text) > MAX_WHERE: raise WhereError(f'condition longer than {MAX_WHERE:,} characters')
     toks, depth = [], [0]
     for m in _TOK.finditer(text.strip()):
-        k = m.lastgroup; v = m.group(k)
+        k = m.lastgroup
+        v = m.group(k)
         if k == 'bad': raise WhereError(f'unexpected character {v!r}')
         if k == 'num': toks.append(('val', float(v)))
         elif k == 'str': toks.append(('val', v[1:-1].replace("''", "'")))
@@ -350,43 +356,70 @@ def parse_where(text:str, columns:list)->tuple:
         t = peek()
         if t[0] is None or (kind and t[0] != kind) or (val is not None and t[1] != val):
             raise WhereError(f'expected {val or kind} at {" ".join(str(x[1]) for x in toks[pos[0]:pos[0] + 3]) or "end"}')
-        pos[0] += 1; return t[1]
+        pos[0] += 1
+        return t[1]
     def value():
         if peek()[0] == 'val': return take()
         raise WhereError('expected a number or a quoted string')
     def expr():
         nodes = [term()]
-        while peek() == ('kw', 'OR'): take(); nodes.append(term())
+        while peek() == ('kw', 'OR'):
+            take()
+            nodes.append(term())
         return nodes[0] if len(nodes) == 1 else ('or', *nodes)
     def term():
         nodes = [factor()]
-        while peek() == ('kw', 'AND'): take(); nodes.append(factor())
+        while peek() == ('kw', 'AND'):
+            take()
+            nodes.append(factor())
         return nodes[0] if len(nodes) == 1 else ('and', *nodes)
     def factor():
         nots = 0
-        while peek() == ('kw', 'NOT'): take(); nots += 1   # a loop, not recursion: NOT NOT … NOT is any length
+        while peek() == ('kw', 'NOT'):
+            take()
+            nots += 1   # a loop, not recursion: NOT NOT … NOT is any length
         n = atom()
         return ('not', n) if nots % 2 else n
     def atom():
         if peek() == ('op', '('):
             depth[0] += 1
             if depth[0] > MAX_WHERE_NEST: raise WhereError(f'parentheses nested deeper than {MAX_WHERE_NEST}')
-            take(); n = expr(); take('op', ')'); depth[0] -= 1; return n
+            take()
+            n = expr()
+            take('op', ')')
+            depth[0] -= 1
+            return n
         col = take('col')
         neg = peek() == ('kw', 'NOT')
         if neg: take()
         t = peek()
-        if t == ('kw', 'LIKE'): take(); n = ('like', col, value())
+        if t == ('kw', 'LIKE'):
+            take()
+            n = ('like', col, value())
         elif t == ('kw', 'IN'):
-            take(); take('op', '('); vals = [value()]
-            while peek() == ('op', ','): take(); vals.append(value())
-            take('op', ')'); n = ('in', col, tuple(vals))
-        elif t == ('kw', 'BETWEEN'): take(); lo = value(); take('kw', 'AND'); n = ('between', col, lo, value())
+            take()
+            take('op', '(')
+            vals = [value()]
+            while peek() == ('op', ','):
+                take()
+                vals.append(value())
+            take('op', ')')
+            n = ('in', col, tuple(vals))
+        elif t == ('kw', 'BETWEEN'):
+            take()
+            lo = value()
+            take('kw', 'AND')
+            n = ('between', col, lo, value())
         elif t == ('kw', 'IS') and not neg:
-            take(); isnot = peek() == ('kw', 'NOT')
+            take()
+            isnot = peek() == ('kw', 'NOT')
             if isnot: take()
-            take('kw', 'NULL'); n = ('null', col); return ('not', n) if isnot else n
-        elif t[0] == 'op' and t[1] in ('=', '!=', '<>', '<', '<=', '>', '>=') and not neg: take(); n = ('cmp', t[1], col, value())
+            take('kw', 'NULL')
+            n = ('null', col)
+            return ('not', n) if isnot else n
+        elif t[0] == 'op' and t[1] in ('=', '!=', '<>', '<', '<=', '>', '>=') and not neg:
+            take()
+            n = ('cmp', t[1], col, value())
         else: raise WhereError(f'expected an operator after {col}')
         return ('not', n) if neg else n
     tree = expr()
@@ -530,7 +563,9 @@ class GIS(SciApp):
         if m['type'] == 'vector': params = _check_vparams(self, name.partition('@')[0], params)
         elif set(params) - set(RASTER_DEFAULTS): raise ModuleError(f'a raster layer has no parameter <{sorted(set(params) - set(RASTER_DEFAULTS))[0]}>')
         elif 'values' in params and _parse_values(params['values']) is None: raise ModuleError(f"Invalid <values>: {params['values']}")
-        lay = self.add_layer(name, log=False, **params); lay['opacity'] = float(opacity); lay['checked'] = checked
+        lay = self.add_layer(name, log=False, **params)
+        lay['opacity'] = float(opacity)
+        lay['checked'] = checked
     def init_region(self, center_easting:float|None=None, center_northing:float|None=None, scale:float|None=None):
         if (center_easting is None) != (center_northing is None): raise ModuleError('center_easting and center_northing go together')
         if scale is not None and not 1 <= scale <= 1e12: raise ModuleError("field 'scale' must be from 1 to 1e12")
@@ -549,7 +584,9 @@ class GIS(SciApp):
         if m is None or m['type'] != 'vector': raise ModuleError(f'Vector map <{map}> not found')
         try: parse_where(where, [c for c, _ in self.table(map)['columns']]) if where.strip() else None
         except WhereError as e: raise ModuleError(f'Invalid WHERE: {e}') from None
-        self.state['table'].update(map=map, where=where); self.state['bottom'] = 'Attribute data'; self.ui['fields']['SQL WHERE'] = where
+        self.state['table'].update(map=map, where=where)
+        self.state['bottom'] = 'Attribute data'
+        self.ui['fields']['SQL WHERE'] = where
     def init_command(self, line:str): self.run_command(line)
     def init_toolbar(self, shown:bool): self.state['toolbar'] = shown
 
@@ -587,18 +624,29 @@ class GIS(SciApp):
         if not line: return
         if echo: self.out(line, kind='cmd')
         try: toks = shlex.split(line)
-        except ValueError as e: self.out(f'ERROR: {e}', kind='err'); return
+        except ValueError as e:
+            self.out(f'ERROR: {e}', kind='err')
+            return
         mod, args, flags, pos = toks[0], {}, set(), []
         for t in toks[1:]:
-            if '=' in t: k, v = t.split('=', 1); args[k.strip()] = v
+            if '=' in t:
+                k, v = t.split('=', 1)
+                args[k.strip()] = v
             elif t.startswith('-') and len(t) > 1 and not t[1:2].isdigit(): flags |= set(t.lstrip('-'))
             else: pos.append(t)
         if pos and 'map' not in args: args['map'] = pos[0]
         fn = MODULES.get(mod)
-        if fn is None: self.out(f"ERROR: '{mod}' is not a GRASS module available here" if '.' in mod else f'ERROR: unknown command {mod!r}', kind='err'); self.set_status(f'ERROR: {mod} not found'); return
+        if fn is None:
+            self.out(f"ERROR: '{mod}' is not a GRASS module available here" if '.' in mod else f'ERROR: unknown command {mod!r}', kind='err')
+            self.set_status(f'ERROR: {mod} not found')
+            return
         try: lines = fn(self, args, flags) or []
-        except ModuleError as e: self.out(f'ERROR: {e}', kind='err'); self.set_status(f'ERROR: {e}'); return
-        self.out(*lines); self.set_status(f"'{mod}' finished")
+        except ModuleError as e:
+            self.out(f'ERROR: {e}', kind='err')
+            self.set_status(f'ERROR: {e}')
+            return
+        self.out(*lines)
+        self.set_status(f"'{mod}' finished")
     def _need(self, args, key='map', kind=None)->tuple:
         v = args.get(key, '').strip()
         if not v: raise ModuleError(f'Required parameter <{key}> not set')
@@ -613,7 +661,8 @@ class GIS(SciApp):
         if m is None: raise ModuleError(f'Map <{name}> not found in {self.state["location"]}')
         lay = dict(name=self.full(base), map=base, type=m['type'], label=self.full(base), checked=True, opacity=1.0,
                    params={**(VECTOR_DEFAULTS if m['type'] == 'vector' else RASTER_DEFAULTS), **{k: str(v) for k, v in params.items()}})
-        self.state['layers'].insert(0, lay); self.state['selected'] = lay['name']
+        self.state['layers'].insert(0, lay)
+        self.state['selected'] = lay['name']
         if log: self.out(f"{'d.vect' if m['type'] == 'vector' else 'd.rast'} map={lay['name']}", kind='cmd')
         return lay
     def remove_layer(self, name:str):
@@ -625,7 +674,9 @@ class GIS(SciApp):
     def move_layer(self, name:str, index:int):
         lay = self.layer(name)
         if lay is None: return
-        L = self.state['layers']; L.remove(lay); L.insert(max(0, min(len(L), index)), lay)
+        L = self.state['layers']
+        L.remove(lay)
+        L.insert(max(0, min(len(L), index)), lay)
     def switch_location(self, loc:str, log:bool=True):
         if loc not in LOCATIONS: raise ModuleError(f'Location <{loc}> not found')
         st = self.state
@@ -650,7 +701,9 @@ class GIS(SciApp):
         hw, hh = (x2 - x1) * r['res'] / 2, (y2 - y1) * r['res'] / 2
         return (r['e'] - hw, r['n'] - hh, r['e'] + hw, r['n'] + hh)
     def to_map(self, x, y)->tuple:
-        w, s, e, n = self.extent(); x1, y1, _, _ = self.canvas_box(); res = self.region()['res']
+        w, s, e, n = self.extent()
+        x1, y1, _, _ = self.canvas_box()
+        res = self.region()['res']
         return (w + (x - x1) * res, n - (y - y1) * res)
     def scale(self)->float: return self.region()['res'] * MPU[self.loc()['proj']] / PX_M
     def _push(self):
@@ -660,13 +713,15 @@ class GIS(SciApp):
         self.region()['res'] = max(1e-9, scale * PX_M / MPU[self.loc()['proj']])
     def zoom(self, f:float, at:tuple|None=None):
         "Multiply the resolution by f, keeping map point `at` under the same pixel"
-        self._push(); r = self.region()
+        self._push()
+        r = self.region()
         if at is not None: r['e'], r['n'] = at[0] + (r['e'] - at[0]) * f, at[1] + (r['n'] - at[1]) * f
         r['res'] *= f
     def zoom_to(self, box:tuple, pad:float=0.05):
         "Fit (w, s, e, n) in the display"
         self._push()
-        w, s, e, n = box; x1, y1, x2, y2 = self.canvas_box()
+        w, s, e, n = box
+        x1, y1, x2, y2 = self.canvas_box()
         dw, dh = max(e - w, 1e-6), max(n - s, 1e-6)
         self.state['region'] = dict(e=(w + e) / 2, n=(s + n) / 2, res=max(dw / (x2 - x1), dh / (y2 - y1)) * (1 + 2 * pad))
     def map_bbox(self, name:str)->tuple:
@@ -681,14 +736,21 @@ class GIS(SciApp):
         "Centre the display on 'x; y' (also 'x, y' or 'x y')"
         parts = [p for p in re.split(r'[;,\s]+', text.strip()) if p]
         try: x, y = (float(p) for p in parts)
-        except ValueError: self.set_status('Go to: type two numbers, easting; northing'); return False
-        self._push(); r = self.region(); r['e'], r['n'] = x, y
+        except ValueError:
+            self.set_status('Go to: type two numbers, easting; northing')
+            return False
+        self._push()
+        r = self.region()
+        r['e'], r['n'] = x, y
         return True
     def fmt_xy(self, x, y)->str:
         if self.loc()['proj'] == 'utm': return f'{x:.2f}; {y:.2f}'
         if self.state['settings']['dms']:
             def dms(v, pos, neg):
-                a = abs(v); d = int(a); m = int((a - d) * 60); s = (a - d - m / 60) * 3600
+                a = abs(v)
+                d = int(a)
+                m = int((a - d) * 60)
+                s = (a - d - m / 60) * 3600
                 return f"{d}:{m:02d}:{s:05.2f}{pos if v >= 0 else neg}"
             return f"{dms(x, 'E', 'W')}; {dms(y, 'N', 'S')}"
         return f'{x:.5f}; {y:.5f}'
@@ -696,7 +758,8 @@ class GIS(SciApp):
 # %% ../../nbs/05d_gis.ipynb #721ab205
 def _query(self, x, y):
     "The map display's query tool: what lies under screen point (x, y) in each displayed layer"
-    px, py = self.to_map(x, y); tol = 6 * self.region()['res']
+    px, py = self.to_map(x, y)
+    tol = 6 * self.region()['res']
     self.out(f"v.what/r.what coordinates={px:.4f},{py:.4f}", kind='cmd')
     found = False
     for lay in self.state['layers']:
@@ -707,7 +770,9 @@ def _query(self, x, y):
             c, r = int((px - w) // res), int((n - py) // res)
             ok = 0 <= r < m['grid'].shape[0] and 0 <= c < m['grid'].shape[1]
             v = int(m['grid'][r, c]) if ok else -1
-            self.out(f"{lay['name']}: {v if v >= 0 else 'NULL'}"); found = True; continue
+            self.out(f"{lay['name']}: {v if v >= 0 else 'NULL'}")
+            found = True
+            continue
         rows = {r['cat']: r for r in self.table(lay['map'])['rows']}
         for f in self.features(lay['map']):
             b = f['bbox']
@@ -717,7 +782,8 @@ def _query(self, x, y):
             else: hit = any(_seg_dist((px, py), a, b2) <= tol for ln in f['lines'] for a, b2 in zip(ln, ln[1:]))
             if hit:
                 rec = rows[f['cat']]
-                self.out(f"{lay['name']}: " + ' | '.join(f'{k}: {_cell(v)}' for k, v in rec.items())); found = True
+                self.out(f"{lay['name']}: " + ' | '.join(f'{k}: {_cell(v)}' for k, v in rec.items()))
+                found = True
                 break
     if not found: self.out('Nothing found.')
     self.state['bottom'] = 'Console'
@@ -735,7 +801,8 @@ def _cell(v)->str:
 
 def _dump(self):
     st, r = self.state, self.region()
-    w, s, e, n = self.extent(); x1, y1, x2, y2 = self.canvas_box()
+    w, s, e, n = self.extent()
+    x1, y1, x2, y2 = self.canvas_box()
     t = st['table']
     return dict(location=st['location'], mapset=st['mapset'], selected=st['selected'], tool=st['tool'], bottom=st['bottom'],
                 layers=[dict(name=l['name'], label=l['label'], type=l['type'], checked=l['checked'], opacity=round(l['opacity'], 4),
@@ -767,7 +834,8 @@ def _table_rows(self)->tuple:
     if not t['map']: return [], ''
     key = ('table', t['map'], t['where'], t['sort'], t['desc'], self.state['db_version'])
     if key not in self._cache:
-        tab = self.table(t['map']); err = ''
+        tab = self.table(t['map'])
+        err = ''
         try: rows = where_filter(t['where'], [c for c, _ in tab['columns']], tab['rows'])
         except WhereError as e: rows, err = list(tab['rows']), str(e)
         if t['sort']:
@@ -779,7 +847,8 @@ GIS.table_rows = _table_rows
 
 # %% ../../nbs/05d_gis.ipynb #0a9e6489
 def _stats(m)->dict:
-    g = m['grid']; v = g[g >= 0].astype(np.float64)
+    g = m['grid']
+    v = g[g >= 0].astype(np.float64)
     return dict(cells=g.size, null=int(g.size - v.size), n=int(v.size), min=int(v.min()), max=int(v.max()), mean=float(v.mean()),
                 std=float(v.std()), sum=int(v.sum()))
 
@@ -788,7 +857,8 @@ def _v_info(app, args, flags):
     tab = app.table(base)
     if 'c' in flags:
         return ['Displaying column types/names for database connection of layer <1>:'] + [f'{ty}|{nm}' for nm, ty in tab['columns']]
-    n = len(app.features(base)); g = m['geom']
+    n = len(app.features(base))
+    g = m['geom']
     w, s, e, nn = app.map_bbox(base)
     pr = 'Latitude-Longitude' if app.loc()['proj'] == 'll' else 'UTM (zone 32)'
     return [f'Name:            {base}', f"Mapset:          {app.state['mapset']}", f"Location:        {app.state['location']}",
@@ -821,7 +891,8 @@ def _r_univar(app, args, flags):
 
 def _v_db_select(app, args, flags):
     base, m = app._need(args, kind='vector')
-    tab = app.table(base); names = [c for c, _ in tab['columns']]
+    tab = app.table(base)
+    names = [c for c, _ in tab['columns']]
     cols = [c.strip() for c in args.get('columns', '').split(',') if c.strip()] or names
     bad = [c for c in cols if c not in names]
     if bad: raise ModuleError(f"Column <{bad[0]}> not found in table <{base}>")
@@ -875,7 +946,8 @@ def _parse_values(text:str)->list|None:
     for part in [p.strip() for p in text.split(',') if p.strip()]:
         m = re.fullmatch(r'(-?\d+(?:\.\d+)?)\s*(?:-\s*(-?\d+(?:\.\d+)?))?', part)
         if not m: return None
-        lo = float(m.group(1)); out.append((lo, float(m.group(2)) if m.group(2) else lo))
+        lo = float(m.group(1))
+        out.append((lo, float(m.group(2)) if m.group(2) else lo))
     return out
 
 def _d_vect(app, args, flags):
@@ -893,7 +965,8 @@ def _d_rast(app, args, flags):
 
 def _v_db_addcolumn(app, args, flags):
     base, m = app._need(args, kind='vector')
-    tab = app.table(base); names = {c.lower() for c, _ in tab['columns']}
+    tab = app.table(base)
+    names = {c.lower() for c, _ in tab['columns']}
     specs = [c.strip() for c in args.get('columns', '').split(',') if c.strip()]
     if not specs: raise ModuleError('Required parameter <columns> not set (e.g. columns="gdp double precision")')
     new = []
@@ -904,7 +977,8 @@ def _v_db_addcolumn(app, args, flags):
         sql = 'CHARACTER' if re.fullmatch(r'(varchar|char)\s*\(\s*\d+\s*\)|varchar', ty) else SQL_TYPES.get(ty)
         if sql is None: raise ModuleError(f'Unknown column type <{mm.group(2)}> (integer, double precision, varchar(n), text, date)')
         if nm.lower() in names: raise ModuleError(f'Column <{nm}> already exists')
-        new.append((nm, sql)); names.add(nm.lower())
+        new.append((nm, sql))
+        names.add(nm.lower())
     for nm, sql in new:
         tab['columns'].append((nm, sql))
         for r in tab['rows']: r[nm] = None
@@ -937,7 +1011,8 @@ def _coerce_value(sql, v):
 
 def _v_db_update(app, args, flags):
     base, m = app._need(args, kind='vector')
-    tab = app.table(base); types = dict(tab['columns'])
+    tab = app.table(base)
+    types = dict(tab['columns'])
     col = args.get('column', '').strip()
     if col not in types or col == 'cat': raise ModuleError(f'Column <{col}> not found' if col != 'cat' else 'Cannot update the key column <cat>')
     if 'value' not in args: raise ModuleError('Required parameter <value> not set')
@@ -953,7 +1028,8 @@ def _v_edit_delete(app, args, flags):
     if args.get('tool') != 'delete': raise ModuleError('only tool=delete is available here')
     cats = {int(c) for c in re.findall(r'\d+', args.get('cats', ''))}
     if not cats: raise ModuleError('Required parameter <cats> not set')
-    tab = app.table(base); before = len(tab['rows'])
+    tab = app.table(base)
+    before = len(tab['rows'])
     tab['rows'] = [r for r in tab['rows'] if r['cat'] not in cats]
     if app.state['table']['sel'] in cats: app.state['table']['sel'] = None
     app.state['db_version'] += 1
@@ -980,7 +1056,9 @@ MODULES = {'v.info': _v_info, 'r.info': _r_info, 'r.univar': _r_univar, 'v.db.se
 # %% ../../nbs/05d_gis.ipynb #3e524369
 @functools.lru_cache(maxsize=16)
 def _raster_rgba(loc:str, name:str, table:str, values:str, null_opaque:bool)->Image.Image:
-    m = location(loc)['maps'][name]; g = m['grid']; v = g[g >= 0]
+    m = location(loc)['maps'][name]
+    g = m['grid']
+    v = g[g >= 0]
     lo, hi = int(v.min()), int(v.max())
     idx = np.clip((g - lo) * 255 // max(1, hi - lo), 0, 255)
     rgbimg = _lut(table)[idx]
@@ -1006,12 +1084,17 @@ def _icon_pts(icon, X, Y, r):
 
 def _draw_symbol(d, icon, X, Y, r, col, fill):
     if icon == 'basic/circle': d.ellipse((X - r, Y - r, X + r, Y + r), fill=fill, outline=col)
-    elif icon == 'basic/x': d.line([(X - r, Y - r), (X + r, Y + r)], fill=col, width=2); d.line([(X - r, Y + r), (X + r, Y - r)], fill=col, width=2)
-    elif icon == 'basic/cross1': d.line([(X - r, Y), (X + r, Y)], fill=col, width=2); d.line([(X, Y - r), (X, Y + r)], fill=col, width=2)
+    elif icon == 'basic/x':
+        d.line([(X - r, Y - r), (X + r, Y + r)], fill=col, width=2)
+        d.line([(X - r, Y + r), (X + r, Y - r)], fill=col, width=2)
+    elif icon == 'basic/cross1':
+        d.line([(X - r, Y), (X + r, Y)], fill=col, width=2)
+        d.line([(X, Y - r), (X, Y + r)], fill=col, width=2)
     else: d.polygon(_icon_pts(icon, X, Y, r), fill=fill, outline=col)
 
 def _draw_vector(app, img, lay, ext, res, sel):
-    m = app.mapinfo(lay['map']); p = lay['params']
+    m = app.mapinfo(lay['map'])
+    p = lay['params']
     w, s, e, n = ext
     feats = app.features(lay['map'])
     tab = app.table(lay['map'])
@@ -1023,12 +1106,14 @@ def _draw_vector(app, img, lay, ext, res, sel):
         except WhereError: feats = []
     op = lay['opacity']
     target = img if op >= 0.999 else img.copy()
-    d = ImageDraw.Draw(target); cv = Canvas2D(target)
+    d = ImageDraw.Draw(target)
+    cv = Canvas2D(target)
     col, fill, wd = rgb(p['color']), rgb(p['fill_color']), int(p['width'])
     disp = p['display'].split(',')
     T = lambda pts: [((x - w) / res, (n - y) / res) for x, y in pts]
     vis = [f for f in feats if f['bbox'][2] >= w and f['bbox'][0] <= e and f['bbox'][3] >= s and f['bbox'][1] <= n]
-    size = int(p['size']); r = max(2, size * 0.8)
+    size = int(p['size'])
+    r = max(2, size * 0.8)
     for f in vis:
         hl = f['cat'] == sel
         if 'shape' in disp or hl:
@@ -1053,9 +1138,11 @@ def _draw_vector(app, img, lay, ext, res, sel):
         LX, LY = T([f['label']])[0]
         if 'topo' in disp:
             if f['kind'] == 'area':
-                d.line([(LX - 4, LY), (LX + 4, LY)], fill=(0, 160, 0), width=2); d.line([(LX, LY - 4), (LX, LY + 4)], fill=(0, 160, 0), width=2)
+                d.line([(LX - 4, LY), (LX + 4, LY)], fill=(0, 160, 0), width=2)
+                d.line([(LX, LY - 4), (LX, LY + 4)], fill=(0, 160, 0), width=2)
                 for ring in f['rings']:
-                    X, Y = T(ring[:1])[0]; d.rectangle((X - 2, Y - 2, X + 2, Y + 2), outline=(0, 120, 0))
+                    X, Y = T(ring[:1])[0]
+                    d.rectangle((X - 2, Y - 2, X + 2, Y + 2), outline=(0, 120, 0))
             else:
                 for ln in f.get('lines', []):
                     for X, Y in T([ln[0], ln[-1]]): d.rectangle((X - 2, Y - 2, X + 2, Y + 2), fill=(0, 160, 0))
@@ -1064,13 +1151,15 @@ def _draw_vector(app, img, lay, ext, res, sel):
         if ac:
             v = rows[f['cat']].get(ac)
             if v not in (None, ''):
-                txt = _cell(v); tw = text_width(txt, int(p['label_size']) + 2)
+                txt = _cell(v)
+                tw = text_width(txt, int(p['label_size']) + 2)
                 cv.text((LX - tw / 2 if f['kind'] != 'point' else LX + r + 2, LY - 9), txt, rgb(p['label_color']), int(p['label_size']) + 2)
     return target if op >= 0.999 else Image.blend(img, target, op)
 
 def render_map(app)->Image.Image:
     "The map canvas image for the current region and layers (cached)"
-    x1, y1, x2, y2 = app.canvas_box(); size = (x2 - x1, y2 - y1)
+    x1, y1, x2, y2 = app.canvas_box()
+    size = (x2 - x1, y2 - y1)
     ext, res = app.extent(), app.region()['res']
     st = app.state
     sig = (st['location'], size, ext, res, st['settings']['bgcolor'], st['db_version'], st['table']['sel'] if st['table']['map'] else None,
@@ -1081,7 +1170,8 @@ def render_map(app)->Image.Image:
     for lay in reversed(st['layers']):
         if not lay['checked']: continue
         if lay['type'] == 'raster':
-            m = app.mapinfo(lay['map']); (W0, S0, E0, N0), cr = m['bounds'], m['res']
+            m = app.mapinfo(lay['map'])
+            (W0, S0, E0, N0), cr = m['bounds'], m['res']
             src = _raster_rgba(st['location'], lay['map'], st['colors'].get(lay['map'], 'elevation'), lay['params']['values'], 'n' in lay['params']['flags'])
             w, s, e, n = ext
             part = src.transform(size, Image.Transform.EXTENT, ((w - W0) / cr, (N0 - n) / cr, (e - W0) / cr, (N0 - s) / cr), resample=Image.Resampling.NEAREST)
@@ -1102,7 +1192,9 @@ def _dlg(app, title, build, prefill=None, w=460, h=220):
         if app.ui.get('dlg_err'): kids.append(label((x + 20, y + h - 64, x + w - 20, y + h - 46), app.ui['dlg_err'], fill=(190, 30, 30)))
         return dialog(title, (x, y, x + w, y + h), kids)
     builder.title = title
-    app.ui['fields'].update(prefill or {}); app.ui['dlg_err'] = ''; app.ui['select_all'] = None
+    app.ui['fields'].update(prefill or {})
+    app.ui['dlg_err'] = ''
+    app.ui['select_all'] = None
     app.open_dialog(builder)
 
 def _buttons(x, y, w, h, ok_name, on_ok, cancel='Cancel', extra=()):
@@ -1119,7 +1211,9 @@ def _form(app, title, fields, on_ok, ok_name='OK', prefill=None, w=460, note='')
         else: app.close_dialog()
     def build(app, x, y, w, h):
         kids, yy = [], y + 36
-        if note: kids.append(label((x + 20, yy, x + w - 20, yy + 18), note, fill=COL['dim'])); yy += 26
+        if note:
+            kids.append(label((x + 20, yy, x + w - 20, yy + 18), note, fill=COL['dim']))
+            yy += 26
         for lab, name, ph in fields:
             kids.append(label((x + 20, yy, x + w - 20, yy + 18), lab))
             kids.append(text_field(app, (x + 20, yy + 20, x + w - 20, yy + 48), name, on_enter=lambda app, t: ok(app), placeholder=ph))
@@ -1128,7 +1222,8 @@ def _form(app, title, fields, on_ok, ok_name='OK', prefill=None, w=460, note='')
     _dlg(app, title, build, prefill, w, 36 + (26 if note else 0) + 58 * len(fields) + 76)
 
 def _run_module(app, cmd:str):
-    app.run_command(cmd); app.state['bottom'] = 'Console'
+    app.run_command(cmd)
+    app.state['bottom'] = 'Console'
     return None
 
 def _module_dialog(app, mod, kind, extra_fields=(), flag=None):
@@ -1141,7 +1236,8 @@ def _module_dialog(app, mod, kind, extra_fields=(), flag=None):
         if not mp: return f'Required parameter <map> not set'
         args = [f'map={mp}'] + [f'{key}={shlex.quote(v[f].strip())}' for (_, f, key) in extra_fields if v[f].strip()]
         if flag and app.ui.get('pending', {}).get('flag'): args.insert(0, f'-{flag[0]}')
-        n = len(app.state['console']); _run_module(app, f"{mod} {' '.join(args)}")
+        n = len(app.state['console'])
+        _run_module(app, f"{mod} {' '.join(args)}")
         errs = [l for k, l in app.state['console'][n:] if k == 'err']
         return errs[0] if errs else None
     fields = [('Name of input ' + kind + ' map (required)', fld, f'{kind} map name')] + [(lab, f, '') for lab, f, _ in extra_fields]
@@ -1169,7 +1265,8 @@ def _color_table_dialog(app, name=None):
     app.ui['pending'] = {'table': app.state['colors'].get(name, 'elevation')}
     def run(app):
         mp = app.ui['fields'].get('Name of input raster map', '').strip()
-        n = len(app.state['console']); _run_module(app, f"r.colors map={mp} color={app.ui['pending']['table']}")
+        n = len(app.state['console'])
+        _run_module(app, f"r.colors map={mp} color={app.ui['pending']['table']}")
         errs = [l for k, l in app.state['console'][n:] if k == 'err']
         if errs: app.ui['dlg_err'] = errs[0]
         else: app.close_dialog()
@@ -1188,8 +1285,11 @@ def _add_layer_dialog(app, kind):
     def ok(app):
         nm = app.ui['fields'].get(fld, '').strip()
         m = app.mapinfo(nm) if nm else None
-        if m is None or m['type'] != kind: app.ui['dlg_err'] = f'{kind.capitalize()} map <{nm}> not found'; return
-        app.add_layer(nm); app.close_dialog()
+        if m is None or m['type'] != kind:
+            app.ui['dlg_err'] = f'{kind.capitalize()} map <{nm}> not found'
+            return
+        app.add_layer(nm)
+        app.close_dialog()
     def pick(app, it): app.ui['fields'][fld] = it
     def build(app, x, y, w, h):
         return [label((x + 20, y + 36, x + w - 20, y + 54), f'{kind.capitalize()} maps in {app.state["location"]}/PERMANENT:'),
@@ -1201,27 +1301,37 @@ def _add_layer_dialog(app, kind):
 
 def _vprops_dialog(app, name):
     "d.vect properties of a vector layer, in GRASS's tabs"
-    lay = app.layer(name); p = lay['params']
+    lay = app.layer(name)
+    p = lay['params']
     F = {'Feature color': 'color', 'Area fill color': 'fill_color', 'Line width': 'width', 'Symbol size': 'size', 'WHERE conditions': 'where',
          'Attribute column for labels': 'attribute_column', 'Label color': 'label_color', 'Label size': 'label_size'}
     app.ui['pending'] = dict(display=p['display'].split(','), icon=p['icon'], tab='Required')
     def apply(app, close):
-        if app.layer(name) is None: app.close_dialog(); return
+        if app.layer(name) is None:
+            app.close_dialog()
+            return
         new = {k: app.ui['fields'].get(f, '') for f, k in F.items()}
         new['display'] = ','.join(app.ui['pending']['display']) or 'shape'
         new['icon'] = app.ui['pending']['icon']
-        try: new = _check_vparams(app, lay['map'], new); op = _opacity(app.ui['fields'].get('Layer opacity (%)', ''))
-        except ModuleError as e: app.ui['dlg_err'] = str(e); return
+        try:
+            new = _check_vparams(app, lay['map'], new)
+            op = _opacity(app.ui['fields'].get('Layer opacity (%)', ''))
+        except ModuleError as e:
+            app.ui['dlg_err'] = str(e)
+            return
         lay['opacity'] = op
         changed = {k: v for k, v in new.items() if v != lay['params'][k]}
-        lay['params'].update(new); app.ui['dlg_err'] = ''
+        lay['params'].update(new)
+        app.ui['dlg_err'] = ''
         if changed: app.out(f"d.vect map={lay['name']} " + ' '.join(f'{k}={shlex.quote(v)}' for k, v in changed.items()), kind='cmd')
         if close: app.close_dialog()
     def fld(app, x, yy, w, lab):
         return [label((x + 20, yy, x + w - 20, yy + 18), lab + ':'),
                 text_field(app, (x + 20, yy + 20, x + w - 20, yy + 48), lab, on_enter=lambda app, t: apply(app, True))]
     def build(app, x, y, w, h):
-        pend = app.ui['pending']; tab = pend['tab']; kids = []
+        pend = app.ui['pending']
+        tab = pend['tab']
+        kids = []
         for i, t in enumerate(('Required', 'Selection', 'Colors', 'Points', 'Labels')):
             kids.append(Widget('tab', t, (x + 12 + i * 92, y + 32, x + 100 + i * 92, y + 56), ('selected',) if t == tab else (),
                                draw=lambda cv, wd, t=t: (cv.rect(wd.box, fill=COL['panel'] if t == tab else COL['button'], outline=COL['border']),
@@ -1268,9 +1378,13 @@ def _rprops_dialog(app, name):
     app.ui['pending'] = dict(null='n' in lay['params']['flags'])
     def apply(app):
         v = app.ui['fields'].get('List of values to display', '').strip()
-        if v and _parse_values(v) is None: app.ui['dlg_err'] = 'Values: numbers or ranges such as 1000-2000, separated by commas'; return
+        if v and _parse_values(v) is None:
+            app.ui['dlg_err'] = 'Values: numbers or ranges such as 1000-2000, separated by commas'
+            return
         try: lay['opacity'] = _opacity(app.ui['fields'].get('Layer opacity (%)', ''))
-        except ModuleError as e: app.ui['dlg_err'] = str(e); return
+        except ModuleError as e:
+            app.ui['dlg_err'] = str(e)
+            return
         lay['params'].update(values=v, flags='n' if app.ui['pending']['null'] else '')
         app.out(f"d.rast map={lay['name']}" + (f' values={v}' if v else '') + (' -n' if app.ui['pending']['null'] else ''), kind='cmd')
         app.close_dialog()
@@ -1289,7 +1403,9 @@ def _opacity_dialog(app, name):
     FLD = 'Opacity (%)'
     def apply(app):
         try: lay['opacity'] = _opacity(app.ui['fields'].get(FLD, ''))
-        except ModuleError as e: app.ui['dlg_err'] = str(e); return
+        except ModuleError as e:
+            app.ui['dlg_err'] = str(e)
+            return
         app.close_dialog()
     def build(app, x, y, w, h):
         try: cur = max(0.0, min(100.0, float(app.ui['fields'].get(FLD, '0').strip().rstrip('%') or 0)))
@@ -1300,7 +1416,8 @@ def _opacity_dialog(app, name):
             kx = sx1 + (sx2 - sx1) * cur / 100
             cv.line([(sx1, sy), (kx, sy)], COL['accent'], 4)
             cv.rect((kx - 6, sy - 10, kx + 6, sy + 10), fill=COL['button'], outline=COL['title'])
-            cv.text((sx1 - 10, sy + 12), '0', COL['dim'], 11); cv.text((sx2 - 10, sy + 12), '100', COL['dim'], 11)
+            cv.text((sx1 - 10, sy + 12), '0', COL['dim'], 11)
+            cv.text((sx2 - 10, sy + 12), '100', COL['dim'], 11)
         def setv(app, px):
             app.ui['fields'][FLD] = str(int(round(max(0, min(100, (px - sx1) / (sx2 - sx1) * 100)))))
         slider = Widget('slider', 'Opacity', (sx1 - 8, sy - 12, sx2 + 8, sy + 12), draw=draw,
@@ -1319,7 +1436,9 @@ def _rename_dialog(app, name):
     _form(app, 'Rename layer', [(f"New name for {lay['label']}:", 'New layer name', '')], ok, prefill={'New layer name': lay['label']})
 
 def _edit_record_dialog(app, cat):
-    tmap = app.state['table']['map']; tab = app.table(tmap); row = next((r for r in tab['rows'] if r['cat'] == cat), None)
+    tmap = app.state['table']['map']
+    tab = app.table(tmap)
+    row = next((r for r in tab['rows'] if r['cat'] == cat), None)
     if row is None: return
     cols = [(c, t) for c, t in tab['columns'] if c != 'cat']
     def ok(app, v):
@@ -1364,8 +1483,11 @@ def _prefs_dialog(app):
     app.ui['pending'] = dict(dms=app.state['settings']['dms'])
     def ok(app):
         c = parse_color(app.ui['fields'].get('Background color', ''))
-        if c is None: app.ui['dlg_err'] = 'Background color: R:G:B or a colour name'; return
-        app.state['settings'].update(bgcolor=c, dms=app.ui['pending']['dms']); app.close_dialog()
+        if c is None:
+            app.ui['dlg_err'] = 'Background color: R:G:B or a colour name'
+            return
+        app.state['settings'].update(bgcolor=c, dms=app.ui['pending']['dms'])
+        app.close_dialog()
     def build(app, x, y, w, h):
         return [label((x + 20, y + 36, x + w - 20, y + 54), 'Map display background color:'),
                 text_field(app, (x + 20, y + 56, x + w - 20, y + 84), 'Background color', on_enter=lambda app, t: ok(app)),
@@ -1402,17 +1524,25 @@ def _remove_selected(app):
 
 def _show_table(app, name=None):
     lay = app.layer(name) if name else app.sel_layer()
-    if lay is None or lay['type'] != 'vector': app.set_status('Select a vector map layer first'); return
+    if lay is None or lay['type'] != 'vector':
+        app.set_status('Select a vector map layer first')
+        return
     t = app.state['table']
-    if t['map'] != lay['name']: t.update(map=lay['name'], where='', sort=None, desc=False, sel=None); app.ui['fields']['SQL WHERE'] = ''
+    if t['map'] != lay['name']:
+        t.update(map=lay['name'], where='', sort=None, desc=False, sel=None)
+        app.ui['fields']['SQL WHERE'] = ''
     app.state['bottom'] = 'Attribute data'
 
 def _zoom_layer(app, name=None):
     lay = app.layer(name) if name else app.sel_layer()
-    if lay is None: app.set_status('Select a map layer first'); return
+    if lay is None:
+        app.set_status('Select a map layer first')
+        return
     app.zoom_to(app.map_bbox(lay['map']), pad=0)
 
-def _zoom_default(app): app._push(); app.state['region'] = app.default_region()
+def _zoom_default(app):
+    app._push()
+    app.state['region'] = app.default_region()
 def _zoom_back(app):
     if app.state['history']: app.state['region'] = app.state['history'].pop()
 def _zoom_step(f):
@@ -1423,7 +1553,9 @@ def _set_mode(i):
     def fn(app):
         app.state['statusbar'] = i
         if SB_MODES[i] == 'Map scale': app.ui['fields']['Map scale'] = f'1:{fmt_int(app.scale())}'
-        if SB_MODES[i] == 'Go to coordinates': r = app.region(); app.ui['fields']['Go to'] = app.fmt_xy(r['e'], r['n'])
+        if SB_MODES[i] == 'Go to coordinates':
+            r = app.region()
+            app.ui['fields']['Go to'] = app.fmt_xy(r['e'], r['n'])
     return fn
 
 def _toggle_toolbar(app): app.state['toolbar'] = not app.state['toolbar']
@@ -1463,7 +1595,8 @@ GIS.shortcuts = lambda self: {**{it.shortcut: it.action for items in self.menus(
                               'ctrl+=': _zoom_step(0.5), 'delete': _remove_selected}
 
 def _layer_menu(app, name, x, y):
-    lay = app.layer(name); app.state['selected'] = name
+    lay = app.layer(name)
+    app.state['selected'] = name
     props = (lambda app: _vprops_dialog(app, name)) if lay['type'] == 'vector' else (lambda app: _rprops_dialog(app, name))
     items = [MenuItem('Change opacity level', lambda app: _opacity_dialog(app, name)), MenuItem('Properties', props),
              MenuItem('Rename', lambda app: _rename_dialog(app, name)), None, MenuItem('Zoom to selected map(s)', lambda app: _zoom_layer(app, name))]
@@ -1477,9 +1610,11 @@ def _layer_menu(app, name, x, y):
 def _glyph(cv, kind, box):
     "A 20×20 toolbar icon drawn with primitives"
     x, y = box[0] + (box[2] - box[0] - 20) // 2, box[1] + (box[3] - box[1] - 20) // 2
-    d = cv.d; blue, dark, red, green = (52, 101, 196), (60, 60, 70), (200, 50, 50), (40, 150, 70)
+    d = cv.d
+    blue, dark, red, green = (52, 101, 196), (60, 60, 70), (200, 50, 50), (40, 150, 70)
     def mag(sign):
-        d.ellipse((x + 2, y + 2, x + 13, y + 13), outline=dark, width=2); d.line([(x + 12, y + 12), (x + 18, y + 18)], fill=dark, width=3)
+        d.ellipse((x + 2, y + 2, x + 13, y + 13), outline=dark, width=2)
+        d.line([(x + 12, y + 12), (x + 18, y + 18)], fill=dark, width=3)
         d.line([(x + 5, y + 7.5), (x + 10, y + 7.5)], fill=blue, width=2)
         if sign == '+': d.line([(x + 7.5, y + 5), (x + 7.5, y + 10)], fill=blue, width=2)
         if sign == 'box': d.rectangle((x + 5, y + 5, x + 10, y + 10), outline=green)
@@ -1493,29 +1628,40 @@ def _glyph(cv, kind, box):
         for p in pts: d.rectangle((p[0] - 2, p[1] - 2, p[0] + 2, p[1] + 2), fill=red)
     elif kind == 'remove': d.rectangle((x + 3, y + 8, x + 17, y + 12), fill=red)
     elif kind == 'table':
-        d.rectangle((x + 2, y + 3, x + 18, y + 17), fill=(255, 255, 255), outline=dark); d.rectangle((x + 2, y + 3, x + 18, y + 7), fill=blue)
+        d.rectangle((x + 2, y + 3, x + 18, y + 17), fill=(255, 255, 255), outline=dark)
+        d.rectangle((x + 2, y + 3, x + 18, y + 7), fill=blue)
         for k in (8, 12): d.line([(x + 2, y + k + 1), (x + 18, y + k + 1)], fill=dark)
         d.line([(x + 8, y + 3), (x + 8, y + 17)], fill=dark)
-    elif kind == 'info': d.ellipse((x + 2, y + 2, x + 18, y + 18), fill=blue); d.rectangle((x + 9, y + 8, x + 11, y + 15), fill=(255, 255, 255)); d.rectangle((x + 9, y + 4, x + 11, y + 6), fill=(255, 255, 255))
+    elif kind == 'info':
+        d.ellipse((x + 2, y + 2, x + 18, y + 18), fill=blue)
+        d.rectangle((x + 9, y + 8, x + 11, y + 15), fill=(255, 255, 255))
+        d.rectangle((x + 9, y + 4, x + 11, y + 6), fill=(255, 255, 255))
     elif kind == 'new': d.polygon([(x + 4, y + 2), (x + 13, y + 2), (x + 17, y + 6), (x + 17, y + 18), (x + 4, y + 18)], fill=(255, 255, 255), outline=dark)
     elif kind in ('save', 'image'):
         d.rectangle((x + 2, y + 2, x + 18, y + 18), fill=blue if kind == 'save' else (120, 170, 90), outline=dark)
         d.rectangle((x + 5, y + 2, x + 15, y + 8), fill=(255, 255, 255))
     elif kind == 'settings':
-        d.ellipse((x + 3, y + 3, x + 17, y + 17), outline=dark, width=3); d.ellipse((x + 8, y + 8, x + 12, y + 12), fill=dark)
+        d.ellipse((x + 3, y + 3, x + 17, y + 17), outline=dark, width=3)
+        d.ellipse((x + 8, y + 8, x + 12, y + 12), fill=dark)
     elif kind == 'render':
-        d.arc((x + 2, y + 2, x + 18, y + 18), 30, 330, fill=green, width=3); d.polygon([(x + 15, y + 2), (x + 19, y + 8), (x + 12, y + 8)], fill=green)
-    elif kind == 'erase': d.rectangle((x + 3, y + 3, x + 17, y + 17), fill=(255, 255, 255), outline=dark); d.line([(x + 3, y + 17), (x + 17, y + 3)], fill=red, width=2)
+        d.arc((x + 2, y + 2, x + 18, y + 18), 30, 330, fill=green, width=3)
+        d.polygon([(x + 15, y + 2), (x + 19, y + 8), (x + 12, y + 8)], fill=green)
+    elif kind == 'erase':
+        d.rectangle((x + 3, y + 3, x + 17, y + 17), fill=(255, 255, 255), outline=dark)
+        d.line([(x + 3, y + 17), (x + 17, y + 3)], fill=red, width=2)
     elif kind == 'pointer': d.polygon([(x + 5, y + 2), (x + 5, y + 17), (x + 9, y + 13), (x + 13, y + 19), (x + 15, y + 18), (x + 11, y + 12), (x + 16, y + 12)], fill=(255, 255, 255), outline=dark)
     elif kind == 'pan':
-        d.line([(x + 10, y + 1), (x + 10, y + 19)], fill=dark, width=2); d.line([(x + 1, y + 10), (x + 19, y + 10)], fill=dark, width=2)
+        d.line([(x + 10, y + 1), (x + 10, y + 19)], fill=dark, width=2)
+        d.line([(x + 1, y + 10), (x + 19, y + 10)], fill=dark, width=2)
         for p in ([(x + 10, y), (x + 6, y + 5), (x + 14, y + 5)], [(x + 10, y + 20), (x + 6, y + 15), (x + 14, y + 15)],
                   [(x, y + 10), (x + 5, y + 6), (x + 5, y + 14)], [(x + 20, y + 10), (x + 15, y + 6), (x + 15, y + 14)]): d.polygon(p, fill=dark)
     elif kind == 'zoomin': mag('+')
     elif kind == 'zoomout': mag('-')
     elif kind == 'zoomlayer': mag('box')
     elif kind == 'zoomdefault': mag('globe')
-    elif kind == 'query': d.ellipse((x + 2, y + 2, x + 18, y + 18), outline=blue, width=2); cv.text((x + 7, y + 1), '?', blue, 13)
+    elif kind == 'query':
+        d.ellipse((x + 2, y + 2, x + 18, y + 18), outline=blue, width=2)
+        cv.text((x + 7, y + 1), '?', blue, 13)
     elif kind == 'back': d.polygon([(x + 2, y + 10), (x + 10, y + 3), (x + 10, y + 7), (x + 18, y + 7), (x + 18, y + 13), (x + 10, y + 13), (x + 10, y + 17)], fill=blue)
 
 def _tool_button(box, name, kind, on_press, pressed=False, enabled=True):
@@ -1543,8 +1689,12 @@ def _main_toolbar(app):
              ('GUI settings', 'settings', _prefs_dialog)]
     x = 6
     for it in items:
-        if it is None: bar.add(Widget('separator', '', (x + 3, 58, x + 5, 80), a11y=False, draw=lambda cv, w: cv.line([(w.box[0], w.box[1]), (w.box[0], w.box[3])], COL['border']))); x += 10; continue
-        bar.add(_tool_button((x, 56, x + 28, 82), it[0], it[1], it[2])); x += 30
+        if it is None:
+            bar.add(Widget('separator', '', (x + 3, 58, x + 5, 80), a11y=False, draw=lambda cv, w: cv.line([(w.box[0], w.box[1]), (w.box[0], w.box[3])], COL['border'])))
+            x += 10
+            continue
+        bar.add(_tool_button((x, 56, x + 28, 82), it[0], it[1], it[2]))
+        x += 30
     return bar
 
 def _catalog_nodes(app):
@@ -1554,11 +1704,13 @@ def _catalog_nodes(app):
     for loc in LOCATIONS:
         out.append((loc, 1, loc, 'location', loc, None))
         if loc not in ex: continue
-        ms = f'{loc}/PERMANENT'; out.append((ms, 2, 'PERMANENT', 'mapset', loc, None))
+        ms = f'{loc}/PERMANENT'
+        out.append((ms, 2, 'PERMANENT', 'mapset', loc, None))
         if ms not in ex: continue
         maps = location(loc)['maps']
         for kind in ('raster', 'vector'):
-            k = f'{ms}/{kind}'; out.append((k, 3, kind, 'folder', loc, None))
+            k = f'{ms}/{kind}'
+            out.append((k, 3, kind, 'folder', loc, None))
             if k in ex: out += [(f'{k}/{m}', 4, m, kind, loc, m) for m in sorted(maps) if maps[m]['type'] == kind]
     return out
 
@@ -1567,16 +1719,21 @@ def _catalog(app):
     pan = panel(box, fill=COL['panel'])
     pan.add(_tab_header((4, 88, 80, 110), 'Data'))
     tree = Widget('tree', 'Data catalog', (2, 112, 231, 774))
-    def tdraw(cv, w): cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+    def tdraw(cv, w):
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
     tree.draw = tdraw
-    nodes = _catalog_nodes(app); off = min(app.ui['scroll'].get('Data catalog', 0), max(0, len(nodes) - 1))
+    nodes = _catalog_nodes(app)
+    off = min(app.ui['scroll'].get('Data catalog', 0), max(0, len(nodes) - 1))
     def scroll(app, d, x, y):
         if d in ('up', 'down'): app.ui['scroll']['Data catalog'] = max(0, min(max(0, len(nodes) - 25), off + (3 if d == 'down' else -3)))
     tree.on_scroll = scroll
     cur = app.state['location']
     for i, (nid, depth, text, kind, loc, mp) in enumerate(nodes[off:off + 29]):
-        y = 114 + i * 22; x = 6 + depth * 14
-        expandable = kind in ('db', 'location', 'mapset', 'folder'); opened = nid in app.state['expanded']
+        y = 114 + i * 22
+        x = 6 + depth * 14
+        expandable = kind in ('db', 'location', 'mapset', 'folder')
+        opened = nid in app.state['expanded']
         selected = app.ui.get('cat_sel') == nid
         bold = (kind == 'location' and loc == cur) or (kind == 'mapset' and loc == cur)
         def draw(cv, w, x=x, y=y, expandable=expandable, opened=opened, text=text, kind=kind, selected=selected, bold=bold):
@@ -1586,7 +1743,9 @@ def _catalog(app):
             ix = x + 12
             if kind in ('raster', 'vector'): _mini(cv, kind, ix, y + 3)
             elif kind == 'location': cv.d.ellipse((ix, y + 3, ix + 13, y + 16), fill=(120, 170, 220), outline=(60, 100, 150))
-            elif kind in ('mapset', 'folder', 'db'): cv.d.rectangle((ix, y + 5, ix + 14, y + 16), fill=(235, 200, 110), outline=(170, 130, 50)); cv.d.rectangle((ix, y + 3, ix + 6, y + 6), fill=(235, 200, 110))
+            elif kind in ('mapset', 'folder', 'db'):
+                cv.d.rectangle((ix, y + 5, ix + 14, y + 16), fill=(235, 200, 110), outline=(170, 130, 50))
+                cv.d.rectangle((ix, y + 3, ix + 6, y + 6), fill=(235, 200, 110))
             cv.text((ix + 19, y + 1), text, COL['accent'] if bold else COL['text'], 13, clip=w.box[2] - ix - 22)
         def click(app, px, py, n, nid=nid, expandable=expandable, x=x, kind=kind, loc=loc, mp=mp):
             app.ui['cat_sel'] = nid
@@ -1619,7 +1778,9 @@ def _display_from_catalog(app, loc, mp):
     else: app.add_layer(mp)
 
 def _catalog_meta(app, loc, mp):
-    if loc != app.state['location']: app.set_status(f'Map <{mp}> is not in the current location; switch mapset first'); return
+    if loc != app.state['location']:
+        app.set_status(f'Map <{mp}> is not in the current location; switch mapset first')
+        return
     _run_module(app, f"{'v.info' if location(loc)['maps'][mp]['type'] == 'vector' else 'r.info'} map={mp}@PERMANENT")
 
 # %% ../../nbs/05d_gis.ipynb #5e6ae4fa
@@ -1641,24 +1802,33 @@ def _display(app):
                  ('Return to previous zoom', 'back', _zoom_back), None, ('Save display to image file', 'image', lambda app: _save_dialog(app, 'image'))]
         x = 240
         for it in items:
-            if it is None: tb.add(Widget('separator', '', (x + 3, 114, x + 5, 137), a11y=False, draw=lambda cv, w: cv.line([(w.box[0], w.box[1]), (w.box[0], w.box[3])], COL['border']))); x += 10; continue
-            tb.add(_tool_button((x, 112, x + 28, 139), it[0], it[1], it[2], pressed=st['tool'] == it[0])); x += 30
+            if it is None:
+                tb.add(Widget('separator', '', (x + 3, 114, x + 5, 137), a11y=False, draw=lambda cv, w: cv.line([(w.box[0], w.box[1]), (w.box[0], w.box[3])], COL['border'])))
+                x += 10
+                continue
+            tb.add(_tool_button((x, 112, x + 28, 139), it[0], it[1], it[2], pressed=st['tool'] == it[0]))
+            x += 30
         out.append(tb)
     out.append(_map_canvas(app))
     out.append(_map_statusbar(app))
     return out
 
 def _map_canvas(app):
-    st = app.state; box = app.canvas_box(); x1, y1, x2, y2 = box
+    st = app.state
+    box = app.canvas_box()
+    x1, y1, x2, y2 = box
     def draw(cv, w):
-        cv.img.paste(render_map(app), (x1, y1)); cv.rect(box, outline=COL['border'])
+        cv.img.paste(render_map(app), (x1, y1))
+        cv.rect(box, outline=COL['border'])
         if not st['layers']: cv.text((x1 + 16, y1 + 12), 'Double-click a map in the Data catalog to display it', COL['dim'], 13)
         pt = app.ui.get('pointer')
         if pt and st['tool'] == 'Query raster/vector maps':   # where the last query was made
-            w, s, e, n = app.extent(); res = app.region()['res']
+            w, s, e, n = app.extent()
+            res = app.region()['res']
             X, Y = x1 + (pt[0] - w) / res, y1 + (n - pt[1]) / res
             if x1 < X < x2 and y1 < Y < y2:
-                cv.line([(X - 7, Y), (X + 7, Y)], (220, 0, 0), 2); cv.line([(X, Y - 7), (X, Y + 7)], (220, 0, 0), 2)
+                cv.line([(X - 7, Y), (X + 7, Y)], (220, 0, 0), 2)
+                cv.line([(X, Y - 7), (X, Y + 7)], (220, 0, 0), 2)
     def click(app, x, y, n):
         app.ui['pointer'] = app.to_map(x, y)
         t = st['tool']
@@ -1667,14 +1837,20 @@ def _map_canvas(app):
         elif t == 'Query raster/vector maps': app.query(x, y)
     def scroll(app, d, x, y):
         if d in ('up', 'down'): app.zoom(0.8 if d == 'up' else 1.25, app.to_map(x, y))
-        else: r = app.region(); app._push(); r['e'] += (x2 - x1) * r['res'] * 0.1 * (1 if d == 'right' else -1)
+        else:
+            r = app.region()
+            app._push()
+            r['e'] += (x2 - x1) * r['res'] * 0.1 * (1 if d == 'right' else -1)
     def drag(app, xa, ya, xb, yb):
         app.ui['pointer'] = app.to_map(xb, yb)
         if st['tool'] == 'Zoom in' and abs(xb - xa) > 3 and abs(yb - ya) > 3:
             (ea, na), (eb, nb) = app.to_map(xa, ya), app.to_map(xb, yb)
             app.zoom_to((min(ea, eb), min(na, nb), max(ea, eb), max(na, nb)), pad=0)
         elif st['tool'] in ('Pointer', 'Pan'):
-            app._push(); r = app.region(); r['e'] -= (xb - xa) * r['res']; r['n'] += (yb - ya) * r['res']
+            app._push()
+            r = app.region()
+            r['e'] -= (xb - xa) * r['res']
+            r['n'] += (yb - ya) * r['res']
     def right(app, x, y):
         app.ui['pointer'] = app.to_map(x, y)
         app.context_menu([MenuItem('Zoom to default region', _zoom_default), MenuItem('Zoom to selected map(s)', lambda app: _zoom_layer(app)),
@@ -1682,21 +1858,27 @@ def _map_canvas(app):
     return Widget('canvas', 'Map', box, draw=draw, on_click=click, on_scroll=scroll, on_drag=drag, on_right=right)
 
 def _sb_text(app)->str:
-    mode = SB_MODES[app.state['statusbar']]; w, s, e, n = app.extent(); r = app.region(); x1, y1, x2, y2 = app.canvas_box()
+    mode = SB_MODES[app.state['statusbar']]
+    w, s, e, n = app.extent()
+    r = app.region()
+    x1, y1, x2, y2 = app.canvas_box()
     f = _num if app.loc()['proj'] == 'utm' else (lambda v: f'{v:.4f}')
     if mode == 'Coordinates': return app.fmt_xy(*(app.ui.get('pointer') or (r['e'], r['n'])))
     if mode == 'Extent': return f'{f(w)} - {f(e)}, {f(s)} - {f(n)}'
     if mode == 'Computational region':
-        w0, s0, e0, n0 = app.loc()['region']; return f'{f(w0)} - {f(e0)}, {f(s0)} - {f(n0)} ({_num((e0 - w0) / 720 if app.loc()["proj"] == "ll" else 1000)}, res)'
+        w0, s0, e0, n0 = app.loc()['region']
+        return f'{f(w0)} - {f(e0)}, {f(s0)} - {f(n0)} ({_num((e0 - w0) / 720 if app.loc()["proj"] == "ll" else 1000)}, res)'
     if mode == 'Display geometry': return f"rows={y2 - y1} cols={x2 - x1} nsres={_num(r['res'])} ewres={_num(r['res'])}"
     if mode == 'Projection': return 'Latitude-Longitude (WGS 84)' if app.loc()['proj'] == 'll' else 'UTM zone 32N (WGS 84)'
     return ''
 
 def _map_statusbar(app):
-    st = app.state; mode = SB_MODES[st['statusbar']]
+    st = app.state
+    mode = SB_MODES[st['statusbar']]
     bar = panel((235, 502, 1028, 528), fill=COL['menu'])
     def cdraw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border']); cv.text((w.box[0] + 6, w.box[1] + 3), mode)
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        cv.text((w.box[0] + 6, w.box[1] + 3), mode)
         cv.d.polygon([(w.box[2] - 16, w.box[1] + 9), (w.box[2] - 6, w.box[1] + 9), (w.box[2] - 11, w.box[1] + 15)], fill=COL['dim'])
     combo = Widget('combo box', 'Status bar mode', (239, 504, 425, 526), draw=cdraw,
                    on_click=lambda app, x, y, n: app.context_menu([MenuItem(m, _set_mode(i), checked=i == st['statusbar']) for i, m in enumerate(SB_MODES)], 239, 526))
@@ -1706,16 +1888,24 @@ def _map_statusbar(app):
             v = t.replace('1:', '', 1) if t.strip().startswith('1:') else t
             v = v.replace(',', '').replace(' ', '').replace("'", '')
             try: sc = float(v)
-            except ValueError: app.set_status(f'Invalid map scale: {t}'); return
-            if sc <= 0: app.set_status(f'Invalid map scale: {t}'); return
-            app.set_scale(sc); app.ui['fields']['Map scale'] = f'1:{fmt_int(app.scale())}'; app.ui['focus'] = None
+            except ValueError:
+                app.set_status(f'Invalid map scale: {t}')
+                return
+            if sc <= 0:
+                app.set_status(f'Invalid map scale: {t}')
+                return
+            app.set_scale(sc)
+            app.ui['fields']['Map scale'] = f'1:{fmt_int(app.scale())}'
+            app.ui['focus'] = None
         if app.ui.get('focus') != 'Map scale': app.ui['fields']['Map scale'] = f'1:{fmt_int(app.scale())}'
         bar.add(label((433, 506, 480, 524), 'Scale:', fill=COL['dim']))
         bar.add(text_field(app, (480, 504, 760, 526), 'Map scale', on_enter=setscale))
     elif mode == 'Go to coordinates':
         def go(app, t):
             if app.goto(t): app.ui['focus'] = None
-        if app.ui.get('focus') != 'Go to': r = app.region(); app.ui['fields']['Go to'] = app.fmt_xy(r['e'], r['n'])
+        if app.ui.get('focus') != 'Go to':
+            r = app.region()
+            app.ui['fields']['Go to'] = app.fmt_xy(r['e'], r['n'])
         bar.add(label((433, 506, 480, 524), 'Go to:', fill=COL['dim']))
         bar.add(text_field(app, (480, 504, 760, 526), 'Go to', on_enter=go, placeholder='easting; northing'))
     else:
@@ -1725,8 +1915,10 @@ def _map_statusbar(app):
 
 # %% ../../nbs/05d_gis.ipynb #d6e860c7
 def _console(app):
-    st = app.state; out = []
-    lines = st['console']; vis = 11
+    st = app.state
+    out = []
+    lines = st['console']
+    vis = 11
     off = max(0, min(app.ui['scroll'].get('Console output', 0), len(lines) - vis))
     area = Widget('text', 'Console output', (237, 556, 1026, 744))
     def draw(cv, w):
@@ -1734,7 +1926,9 @@ def _console(app):
         for i, (k, l) in enumerate(lines[off:off + vis]):
             cv.text((w.box[0] + 8, w.box[1] + 3 + i * 17), l, (30, 60, 160) if k == 'cmd' else (190, 30, 30) if k == 'err' else COL['text'], 12, clip=w.box[2] - w.box[0] - 16)
         if len(lines) > vis:
-            h = w.box[3] - w.box[1]; top = w.box[1] + h * off / len(lines); bot = w.box[1] + h * min(1, (off + vis) / len(lines))
+            h = w.box[3] - w.box[1]
+            top = w.box[1] + h * off / len(lines)
+            bot = w.box[1] + h * min(1, (off + vis) / len(lines))
             cv.rect((w.box[2] - 6, top, w.box[2] - 2, bot), fill=COL['border'])
     def scroll(app, d, x, y):
         if d in ('up', 'down'): app.ui['scroll']['Console output'] = max(0, min(max(0, len(lines) - vis), off + (3 if d == 'down' else -3)))
@@ -1742,29 +1936,40 @@ def _console(app):
     area.on_right = lambda app, x, y: app.context_menu([MenuItem('Clear output', lambda app: app.state.update(console=[]))], x, y)
     out.append(area)
     def run(app, t):
-        app.ui['fields']['Console command'] = ''; app.run_command(t)
+        app.ui['fields']['Console command'] = ''
+        app.run_command(t)
     out.append(text_field(app, (237, 748, 900, 774), 'Console command', on_enter=run, placeholder='Type a GRASS command (e.g. v.info map=countries) and press Enter'))
     out.append(button((906, 748, 962, 774), 'Run', lambda app: run(app, app.ui['fields'].get('Console command', ''))))
     out.append(button((966, 748, 1026, 774), 'Clear', lambda app: app.state.update(console=[])))
     return out
 
 def _attr_table(app):
-    st = app.state; t = st['table']; out = []
+    st = app.state
+    t = st['table']
+    out = []
     if not t['map'] or app.layer(t['map']) is None:
         out.append(label((250, 570, 1000, 590), 'No table loaded. Select a vector map layer and choose Show attribute data (layer menu or toolbar).', fill=COL['dim']))
         return out
-    tab = app.table(t['map']); rows, err = app.table_rows(); cols = [c for c, _ in tab['columns']]
+    tab = app.table(t['map'])
+    rows, err = app.table_rows()
+    cols = [c for c, _ in tab['columns']]
     def apply(app, text=None):
         text = app.ui['fields'].get('SQL WHERE', '') if text is None else text
         try: parse_where(text, cols) if text.strip() else None
-        except WhereError as e: app.set_status(f'SQL error: {e}'); return
-        t.update(where=text.strip(), sel=None); app.ui['scroll']['Attribute table'] = 0; app.ui['focus'] = None
+        except WhereError as e:
+            app.set_status(f'SQL error: {e}')
+            return
+        t.update(where=text.strip(), sel=None)
+        app.ui['scroll']['Attribute table'] = 0
+        app.ui['focus'] = None
         app.out(f"v.db.select map={t['map']}" + (f' where="{text.strip()}"' if text.strip() else ''), kind='cmd')
         app.out(f'{len(app.table_rows()[0])} of {len(tab["rows"])} records selected')
     out.append(label((240, 561, 322, 579), 'SQL where', fill=COL['dim']))
     out.append(text_field(app, (324, 558, 720, 582), 'SQL WHERE', on_enter=apply, placeholder="e.g. population > 5000000 AND continent = 'Europe'"))
     out.append(button((726, 558, 786, 582), 'Apply', lambda app: apply(app)))
-    def clear(app): app.ui['fields']['SQL WHERE'] = ''; apply(app, '')
+    def clear(app):
+        app.ui['fields']['SQL WHERE'] = ''
+        apply(app, '')
     out.append(button((790, 558, 850, 582), 'Clear', clear))
     out.append(label((858, 561, 1026, 579), f"{len(rows)} of {len(tab['rows'])} records", fill=COL['accent']))
     x1, x2 = 237, 1026
@@ -1775,27 +1980,33 @@ def _attr_table(app):
     for c, x, w in zip(cols, xs, widths):
         s = t['sort'] == c
         def hdraw(cv, wd, c=c, s=s):
-            cv.rect(wd.box, fill=COL['button'], outline=COL['border']); cv.text((wd.box[0] + 5, wd.box[1] + 2), c, COL['text'], 12, clip=wd.box[2] - wd.box[0] - 18)
+            cv.rect(wd.box, fill=COL['button'], outline=COL['border'])
+            cv.text((wd.box[0] + 5, wd.box[1] + 2), c, COL['text'], 12, clip=wd.box[2] - wd.box[0] - 18)
             if s: cv.d.polygon([(wd.box[2] - 13, wd.box[1] + 13), (wd.box[2] - 5, wd.box[1] + 13), (wd.box[2] - 9, wd.box[1] + 7)] if not t['desc'] else
                                [(wd.box[2] - 13, wd.box[1] + 7), (wd.box[2] - 5, wd.box[1] + 7), (wd.box[2] - 9, wd.box[1] + 13)], fill=COL['accent'])
         def sort(app, a, b, n, c=c):
             if t['sort'] == c: t['desc'] = not t['desc']
             else: t.update(sort=c, desc=False)
         out.append(Widget('heading', c, (x, 586, x + w, 606), draw=hdraw, on_click=sort))
-    vis = 8; off = max(0, min(app.ui['scroll'].get('Attribute table', 0), len(rows) - vis))
+    vis = 8
+    off = max(0, min(app.ui['scroll'].get('Attribute table', 0), len(rows) - vis))
     def scroll(app, d, x, y):
         if d in ('up', 'down'): app.ui['scroll']['Attribute table'] = max(0, min(max(0, len(rows) - vis), off + (3 if d == 'down' else -3)))
     body = Widget('table', 'Attribute table', (x1, 606, x2, 774), on_scroll=scroll)
     def bdraw(cv, wd):
-        cv.rect(wd.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, wd)
+        cv.rect(wd.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, wd)
         if err: cv.text((x1 + 8, 750), f'SQL error: {err}', (190, 30, 30), 12)
         if len(rows) > vis:
-            h = wd.box[3] - wd.box[1]; top = wd.box[1] + h * off / len(rows); bot = wd.box[1] + h * min(1, (off + vis) / len(rows))
+            h = wd.box[3] - wd.box[1]
+            top = wd.box[1] + h * off / len(rows)
+            bot = wd.box[1] + h * min(1, (off + vis) / len(rows))
             cv.rect((wd.box[2] - 6, top, wd.box[2] - 2, bot), fill=COL['border'])
     body.draw = bdraw
     key = 'name' if 'name' in cols else 'cat'
     for i, r in enumerate(rows[off:off + vis]):
-        y = 607 + i * 20; sel = t['sel'] == r['cat']
+        y = 607 + i * 20
+        sel = t['sel'] == r['cat']
         def rdraw(cv, wd, sel=sel, i=i):
             if sel: cv.rect((wd.box[0] + 1, wd.box[1], wd.box[2] - 1, wd.box[3] - 1), fill=COL['sel'])
             elif (i + off) % 2: cv.rect((wd.box[0] + 1, wd.box[1], wd.box[2] - 1, wd.box[3] - 1), fill=(246, 247, 250))
@@ -1820,7 +2031,8 @@ def _attr_table(app):
 def _zoom_feature(app, cat):
     f = next((f for f in app.features(app.state['table']['map']) if f['cat'] == cat), None)
     if f:
-        w, s, e, n = f['bbox']; pad = 2 * app.region()['res'] if f['kind'] == 'point' else 0
+        w, s, e, n = f['bbox']
+        pad = 2 * app.region()['res'] if f['kind'] == 'point' else 0
         app.zoom_to((w - pad, s - pad, e + pad, n + pad) if f['kind'] != 'point' else (w - 1, s - 1, e + 1, n + 1) if app.loc()['proj'] == 'll' else (w - 5000, s - 5000, e + 5000, n + 5000), pad=0.05)
 
 def _bottom(app):
@@ -1835,11 +2047,14 @@ def _layers(app):
     pan.add(_tab_header((1034, 88, 1110, 110), 'Layers'))
     lst = Widget('tree', 'Layers', (1032, 112, W - 2, 774))
     def ldraw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
         if not st['layers']: cv.text((1042, 120), 'No map layers', COL['dim'], 12)
     lst.draw = ldraw
     for i, lay in enumerate(st['layers']):
-        y = 115 + i * 26; sel = st['selected'] == lay['name']; name = lay['name']
+        y = 115 + i * 26
+        sel = st['selected'] == lay['name']
+        name = lay['name']
         def rdraw(cv, w, lay=lay, sel=sel, y=y):
             if sel: cv.rect((w.box[0], w.box[1], w.box[2], w.box[3] - 1), fill=COL['sel'])
             _draw_children(cv, w)

@@ -47,7 +47,8 @@ def build_location(gisdbase:Path|str, # the GRASS database folder (created if ne
                    name:str='demo',    # the location's name
                   )->Path: # the location's folder
     "Build the synthetic demo location (EPSG:3358, `elevation` raster, `sites` points with a table) with `grass --exec`"
-    db = Path(gisdbase); db.mkdir(parents=True, exist_ok=True)
+    db = Path(gisdbase)
+    db.mkdir(parents=True, exist_ok=True)
     loc, env = db/name, grass_env()
     if loc.exists(): raise FileExistsError(loc)
     grass = need('grass', 'grass-gui')
@@ -237,7 +238,8 @@ class GrassApp(DesktopApp):
     def start(self):
         "Copy the location, turn single-window mode on, start the GUI"
         copy_location(self.desktop.tmp/'grassdata', self.location)
-        cfg = self.desktop.home/'.grass8'; cfg.mkdir(parents=True, exist_ok=True)
+        cfg = self.desktop.home/'.grass8'
+        cfg.mkdir(parents=True, exist_ok=True)
         (cfg/'wx.json').write_text(json.dumps(WX_SETTINGS))
         super().start()
     def idle(self, timeout:float=30.0):
@@ -258,7 +260,8 @@ class GrassApp(DesktopApp):
         from coda.actions import Action
         if query.get('name') not in CATALOG_ROWS: raise DesktopError(f"no map {query.get('name')!r} in the data catalog")
         self.desktop.act([Action('left_double', *CATALOG_ROWS[query['name']])])
-        self.idle(); time.sleep(wait)
+        self.idle()
+        time.sleep(wait)
 
 # %% ../../nbs/05h_grass.ipynb #c0d0efcf
 CONSOLE_TAB, PROMPT = (1117, 752), (1150, 700)   # screen pixels at 1280x800, single-window layout

@@ -107,7 +107,8 @@ class Widget:
             if (h := c.hit(x, y)) is not None: return h
         return self if (self.on_click or self.on_right or self.on_scroll or self.on_drag) else None
     def add(self, *ws):
-        self.children.extend(ws); return self
+        self.children.extend(ws)
+        return self
 
 # %% ../../nbs/05a_scidesk.ipynb #cabcba66
 def _draw_children(cv, w):
@@ -118,7 +119,8 @@ def _draw_children(cv, w):
 def panel(box, name='', fill=COL['panel'], border=True, role='panel', a11y=False)->Widget:
     "A plain rectangle that groups children"
     def draw(cv, w):
-        cv.rect(w.box, fill=fill, outline=COL['border'] if border else None); _draw_children(cv, w)
+        cv.rect(w.box, fill=fill, outline=COL['border'] if border else None)
+        _draw_children(cv, w)
     return Widget(role, name, box, draw=draw, a11y=a11y)
 
 def label(box, text, size=13, fill=COL['text'], role='label')->Widget:
@@ -164,11 +166,14 @@ def text_field(app, box, name, on_enter=None, placeholder='')->Widget:
         if k == 'enter':
             if on_enter: on_enter(app, app.ui['fields'].get(name, ''))
             return True
-        if k == 'ctrl+a': app.ui['select_all'] = name; return True
+        if k == 'ctrl+a':
+            app.ui['select_all'] = name
+            return True
         if k in ('backspace', 'delete'):
             if app.ui.get('select_all') == name: app.ui['fields'][name] = ''
             else: app.ui['fields'][name] = app.ui['fields'].get(name, '')[:-1] if k == 'backspace' else app.ui['fields'].get(name, '')
-            app.ui.pop('select_all', None); return True
+            app.ui.pop('select_all', None)
+            return True
         return False
     return Widget('text field', name, box, ('focused',) if focused else (), draw=draw, on_click=click, on_key=key, value=buf)
 
@@ -195,9 +200,12 @@ def list_box(app, box, name, items, selected=None, on_select=None, on_activate=N
                                  on_click=click, on_right=(lambda app, x, y, it=it: on_right(app, it, x, y)) if on_right else None,
                                  on_scroll=scroll))
     def draw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        _draw_children(cv, w)
         if len(items) > rows_fit:  # a scroll bar
-            h = w.box[3] - w.box[1]; top = w.box[1] + h * off / len(items); bot = w.box[1] + h * min(1, (off + rows_fit) / len(items))
+            h = w.box[3] - w.box[1]
+            top = w.box[1] + h * off / len(items)
+            bot = w.box[1] + h * min(1, (off + rows_fit) / len(items))
             cv.rect((w.box[2] - 6, top, w.box[2] - 2, bot), fill=COL['border'])
     w.draw = draw
     return w
@@ -226,7 +234,9 @@ def menu_bar(app, menus, y=28, h=24)->Widget:
         bar.children.append(Widget('menu', title, (x, y, x + tw, y + h), ('expanded',) if opened else (), draw=draw, on_click=click))
         x += tw
     def draw(cv, w):
-        cv.rect(w.box, fill=COL['menu']); cv.line([(0, w.box[3] - 1), (W, w.box[3] - 1)], COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['menu'])
+        cv.line([(0, w.box[3] - 1), (W, w.box[3] - 1)], COL['border'])
+        _draw_children(cv, w)
     bar.draw = draw
     return bar
 
@@ -235,11 +245,14 @@ def popup_menu(app, items:list, x, y, name='')->Widget:
     rows = [it for it in items]
     wd = max([text_width(it.name) + text_width(it.shortcut or '') + 70 for it in rows if it] + [140])
     hgt = sum(8 if it is None else 24 for it in rows) + 6
-    x = min(x, W - wd - 2); y = min(y, H - hgt - 2)
+    x = min(x, W - wd - 2)
+    y = min(y, H - hgt - 2)
     pop = Widget('menu', name, (x, y, x + wd, y + hgt), ('expanded',), a11y=bool(name))
     yy = y + 3
     for it in rows:
-        if it is None: yy += 8; continue
+        if it is None:
+            yy += 8
+            continue
         def draw(cv, w, it=it):
             if it.checked is not None:
                 cv.rect((w.box[0] + 8, w.box[1] + 5, w.box[0] + 20, w.box[1] + 17), outline=COL['border'])
@@ -247,14 +260,16 @@ def popup_menu(app, items:list, x, y, name='')->Widget:
             cv.text((w.box[0] + 28, w.box[1] + 2), it.name, COL['text'] if it.enabled else COL['dim'])
             if it.shortcut: cv.text((w.box[2] - text_width(it.shortcut.replace('ctrl', 'Ctrl')) - 10, w.box[1] + 2), it.shortcut.replace('ctrl', 'Ctrl'), COL['dim'])
         def click(app, x_, y_, n, it=it):
-            app.ui['menu'] = None; app.ui['context'] = None
+            app.ui['menu'] = None
+            app.ui['context'] = None
             if it.enabled and it.action: it.action(app)
         st = tuple(s for s, on in (('checked', it.checked), ('disabled', not it.enabled)) if on)
         pop.children.append(Widget('menu item', it.name, (x + 3, yy, x + wd - 3, yy + 24), st, draw=draw, on_click=click))
         yy += 24
     def draw(cv, w):
         cv.rect((w.box[0] + 3, w.box[1] + 3, w.box[2] + 3, w.box[3] + 3), fill=COL['shadow'])
-        cv.rect(w.box, fill=COL['panel'], outline=COL['border']); _draw_children(cv, w)
+        cv.rect(w.box, fill=COL['panel'], outline=COL['border'])
+        _draw_children(cv, w)
     pop.draw = draw
     pop.on_click = lambda app, x, y, n: None  # clicks on gaps inside the popup do nothing
     return pop
@@ -267,7 +282,8 @@ def dialog(title, box, children:list)->Widget:
         x1, y1, x2, y2 = w.box
         cv.rect((x1 + 5, y1 + 5, x2 + 5, y2 + 5), fill=COL['shadow'])
         cv.rect(w.box, fill=COL['panel'], outline=COL['title'], width=2)
-        cv.rect((x1, y1, x2, y1 + 26), fill=COL['title']); cv.text((x1 + 10, y1 + 4), title, (255, 255, 255))
+        cv.rect((x1, y1, x2, y1 + 26), fill=COL['title'])
+        cv.text((x1 + 10, y1 + 4), title, (255, 255, 255))
         _draw_children(cv, w)
     dlg.draw, dlg.children = draw, children
     dlg.on_click = lambda app, x, y, n: None
@@ -305,7 +321,9 @@ def describe(ann)->str:
     return {type(None): 'null', bool: 'true or false', int: 'a whole number', float: 'a finite number',
             str: f'text of at most {MAX_FIELD:,} characters'}.get(ann, 'nothing (not settable from a task file)')
 
-def _short(v, n=60): r = repr(v); return r if len(r) <= n else r[:n] + '…'
+def _short(v, n=60):
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + '…'
 
 def run_init(app,          # the app being reset
              item,         # one `initialize` item: {"func": name, field: value, ...}
@@ -460,7 +478,8 @@ class SciApp:
         parts = text.split('\n')
         for i, p in enumerate(parts):
             if i:
-                self._key(('enter',)); w = self._focused()
+                self._key(('enter',))
+                w = self._focused()
                 if w is None: return
                 cur = self.ui['fields'].get(w.name, '')
             cur += p[:max(0, MAX_FIELD - len(cur))]   # a full field ignores what is typed, as Qt's maxLength does
@@ -473,19 +492,29 @@ class SciApp:
         if combo == 'esc':
             if self.ui.get('menu') or self.ui.get('context'): self.ui['menu'] = self.ui['context'] = None
             elif self.ui.get('dialog'): self.ui['dialog'] = None
-            self._dirty(); return
+            self._dirty()
+            return
         if self.ui.get('menu') or self.ui.get('context'): return
         w = self._focused()
-        if w is not None and w.on_key and w.on_key(self, keys): self._dirty(); return
+        if w is not None and w.on_key and w.on_key(self, keys):
+            self._dirty()
+            return
         if not self.ui.get('dialog'):
             fn = self.shortcuts().get(combo)
             if fn: fn(self)
         self._dirty()
 
     # --- helpers for subclasses
-    def open_dialog(self, builder:Callable): self.ui['dialog'] = builder; self.ui['focus'] = None; self._dirty()
-    def close_dialog(self): self.ui['dialog'] = None; self._dirty()
-    def context_menu(self, items, x, y): self.ui['context'] = (items, x, y); self._dirty()
+    def open_dialog(self, builder:Callable):
+        self.ui['dialog'] = builder
+        self.ui['focus'] = None
+        self._dirty()
+    def close_dialog(self):
+        self.ui['dialog'] = None
+        self._dirty()
+    def context_menu(self, items, x, y):
+        self.ui['context'] = (items, x, y)
+        self._dirty()
     def set_status(self, text): self.ui['status'] = text
 
 # %% ../../nbs/05a_scidesk.ipynb #c47dbb1d
@@ -576,7 +605,8 @@ def random_actions(obs:Observation, rng:random.Random)->list:
     els = [e for e in (obs.a11y or []) if e.bbox[2] > e.bbox[0]]
     def pt():
         if els and rng.random() < 0.8:
-            e = rng.choice(els); return (rng.uniform(e.bbox[0], e.bbox[2] - 1), rng.uniform(e.bbox[1], e.bbox[3] - 1))
+            e = rng.choice(els)
+            return (rng.uniform(e.bbox[0], e.bbox[2] - 1), rng.uniform(e.bbox[1], e.bbox[3] - 1))
         return (rng.uniform(0, W - 1), rng.uniform(0, H - 1))
     r = rng.random()
     if r < 0.45: return [Action('click', *pt())]

@@ -127,6 +127,7 @@ class A11yGrounder:
 
     async def chat(self, messages:list, **kw)->Reply:
         "Ground the latest thought on the latest tree; returns the action text like a served UI-TARS"
-        t0 = time.perf_counter(); self.calls += 1
+        t0 = time.perf_counter()
+        self.calls += 1
         text = self.ground(latest_thought(messages), latest_tree(messages))
         return Reply(text, None, None, time.perf_counter() - t0, 1, self.model, 'local:a11y-grounder')

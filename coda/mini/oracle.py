@@ -41,7 +41,8 @@ class OraclePlanner:
         steps, i = self.steps_for(task), sum(x['role'] == 'assistant' for x in messages)
         return self.step_reply(task, i, steps[i] if i < len(steps) else ['done'], messages)
     async def chat(self, messages:list, **kw)->Reply:
-        t0 = time.perf_counter(); self.calls += 1
+        t0 = time.perf_counter()
+        self.calls += 1
         return Reply(self.reply_for(messages), None, None, time.perf_counter() - t0, 1, self.model, 'local:oracle-planner')
 
 # %% ../../nbs/mini/02_oracle.ipynb #a07c8999

@@ -32,7 +32,8 @@ def _wrong_answer(ans:str, rng:random.Random, others:Sequence=())->str:
     s = str(ans).strip()
     if re.fullmatch(r'-?\d+(\.\d+)?', s):
         dec = len(s.split('.')[1]) if '.' in s else 0
-        v = float(s); step = max(abs(v) * rng.choice([0.05, 0.1, 0.25]), 1.0 if dec == 0 else 10 ** -dec * 7)
+        v = float(s)
+        step = max(abs(v) * rng.choice([0.05, 0.1, 0.25]), 1.0 if dec == 0 else 10 ** -dec * 7)
         w = v + rng.choice([-1, 1]) * step
         out = f'{w:.{dec}f}'
         return out if out != s else f'{v + 1:.{dec}f}'
@@ -69,22 +70,31 @@ def noisy_plan(task,                    # a task with an oracle in `task.extra['
     if not options: return clean
     kind = rng.choice(options)
     if kind == 'truncate':
-        k = rng.randrange(len(body)); return dict(kind=kind, steps=body[:k] + [['done']], first_error=k + 1)
+        k = rng.randrange(len(body))
+        return dict(kind=kind, steps=body[:k] + [['done']], first_error=k + 1)
     if kind == 'wrong_answer':
         return dict(kind=kind, steps=body + [['answer', _wrong_answer(end[1], rng, answers)]], first_error=len(body) + 1)
     if kind == 'skip':
-        i = rng.randrange(len(body)); return dict(kind=kind, steps=body[:i] + body[i + 1:] + [end], first_error=i + 1)
+        i = rng.randrange(len(body))
+        return dict(kind=kind, steps=body[:i] + body[i + 1:] + [end], first_error=i + 1)
     if kind == 'swap':
-        i = rng.choice(swaps); b = list(body); b[i], b[i + 1] = b[i + 1], b[i]
+        i = rng.choice(swaps)
+        b = list(body)
+        b[i], b[i + 1] = b[i + 1], b[i]
         return dict(kind=kind, steps=b + [end], first_error=i + 1)
     if kind == 'wrong_click':
-        i = rng.choice(clicks); b = list(body); b[i] = ['wrong_click', b[i][1]]
+        i = rng.choice(clicks)
+        b = list(body)
+        b[i] = ['wrong_click', b[i][1]]
         return dict(kind=kind, steps=b + [end], first_error=i + 1)
     if kind == 'wrong_text':
-        i = rng.choice(types); b = list(body); b[i] = ['type', _wrong_text(b[i][1], rng)]
+        i = rng.choice(types)
+        b = list(body)
+        b[i] = ['type', _wrong_text(b[i][1], rng)]
         return dict(kind=kind, steps=b + [end], first_error=i + 1)
     if kind == 'give_up':
-        k = rng.randrange(len(body) + 1); return dict(kind=kind, steps=body[:k] + [['fail']], first_error=k + 1)
+        k = rng.randrange(len(body) + 1)
+        return dict(kind=kind, steps=body[:k] + [['fail']], first_error=k + 1)
     return dict(kind=kind, steps=[['done']], first_error=1)          # false_done
 
 # %% ../../nbs/mini/04_tinyjudge.ipynb #3aed4df6

@@ -80,7 +80,8 @@ def table1_markdown(df:pd.DataFrame, k:int, title:str, paper:bool=True)->str:
 
 def plot_rows(df:pd.DataFrame, path:Path, k:int=8, title:str='Table 1 (ours)'):
     "Bars per app and row (Average@k) with their intervals, Pass@k as dots, and the paper's Average@8 as open diamonds"
-    import matplotlib; matplotlib.use('Agg')
+    import matplotlib
+    matplotlib.use('Agg')
     import matplotlib.pyplot as plt, numpy as np
     app_col = df.columns[1]
     apps, rows = list(df[app_col].unique()), list(df['row'].unique())
@@ -109,7 +110,8 @@ def plot_rows(df:pd.DataFrame, path:Path, k:int=8, title:str='Table 1 (ours)'):
 # %% ../../nbs/20_table1.ipynb #9b96b511
 def plot_grpo(root:Path, path:Path):
     "Each specialist's GRPO curves (TRL's log): mean reward per step, and the share of sampled thoughts whose executor action was the labelled one"
-    import matplotlib; matplotlib.use('Agg')
+    import matplotlib
+    matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.2))
     n = 0
@@ -139,7 +141,8 @@ def checker_rate(runs)->float:
 
 def plot_pipeline(root:Path, table:pd.DataFrame, path:Path, k:int=8):
     "Success along the pipeline: exploration (checkers) by the baseline and the specialists, then Average@k per row"
-    import matplotlib; matplotlib.use('Agg')
+    import matplotlib
+    matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     ex = Path(root)/'explore'
     pts = [('explore: baseline', checker_rate(ex/'baseline'))] if (ex/'baseline').exists() else []
@@ -159,7 +162,8 @@ def plot_pipeline(root:Path, table:pd.DataFrame, path:Path, k:int=8):
 
 def plot_frames(ep:Path, path:Path, max_frames:int=4):
     "Up to `max_frames` screenshots of an episode with each step's click drawn and its thought as the caption"
-    import matplotlib; matplotlib.use('Agg')
+    import matplotlib
+    matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     from PIL import Image
     from coda.store import read_jsonl
