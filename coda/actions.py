@@ -6,8 +6,8 @@
 __all__ = ['AST_LOCK', 'KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR', 'MIN_PIXELS', 'MAX_PIXELS', 'MAX_RATIO',
            'MAX_REPLY', 'LABEL_TRIES', 'MAX_ACTIONS', 'KEY_NAMES', 'KEY_ALIASES', 'SCROLL_CLICKS', 'DISPATCH',
            'XDO_KEYS', 'parse_ast', 'literal_eval', 'Action', 'smart_resize', 'model_frame', 'clean_text',
-           'split_reply', 'normalize_keys', 'parse_action', 'to_uitars', 'needs_clipboard', 'to_pyautogui', 'Backend',
-           'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
+           'split_reply', 'normalize_keys', 'parse_action', 'planner_answer', 'to_uitars', 'needs_clipboard',
+           'to_pyautogui', 'Backend', 'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
 
 # %% ../nbs/02_actions.ipynb #12dc6ddc
 import functools, math, re, os, time, shutil, subprocess, itertools
@@ -449,6 +449,14 @@ class _Scan:
             p = hit[1]
         if not out and (t := self.fence()) is not None: return [Action('answer', text=t)]
         return out or [_invalid(s)]
+
+# %% ../nbs/02_actions.ipynb #fa373f4c
+def planner_answer(paction:str, # the planner's `Action:` text (coda.prompts.split_planner)
+                  )->list:       # `[Action('answer'|'fail')]`, or [] when the executor should act
+    "The planner's own final action (`ANS …` or `FAIL`) as a one-action list, or [] when the plan is for the executor"
+    if 'ANS' not in paction and 'FAIL' not in paction: return []
+    acts = parse_action(paction)
+    return acts[:1] if acts and acts[0].kind in ('answer', 'fail') else []
 
 # %% ../nbs/02_actions.ipynb #a8e353dd
 def _q(s):

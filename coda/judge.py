@@ -18,7 +18,7 @@ from typing import Sequence
 from PIL import Image
 from .prompts import JUDGE_PROMPT, JUDGE_ACTIONS_NOTE
 from .models import ModelError
-from .store import RunStore, read_jsonl, ended_in_error, _atomic_write, _dumps, _safe, _inside, _read_dict, _show, _shot, _text
+from .store import RunStore, read_jsonl, ended_in_error, atomic_write, _dumps, _safe, _inside, _read_dict, _show, _shot, _text
 from .agent import derive_seed
 
 # %% ../nbs/11_judge.ipynb #36a6cd7e
@@ -363,7 +363,7 @@ async def judge_run(run:Path|str,       # a run folder (coda.store)
                            score=e['result'].get('score'), status=e['result'].get('status'))
                 path = judgment_path(run, judge.name, t.key)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                _atomic_write(path, _dumps(rec, indent=1))
+                atomic_write(path, _dumps(rec, indent=1))
                 counts['judged'] += 1
                 counts['accepted'] += d.accepted
             bar.update(1)
@@ -388,7 +388,7 @@ def checker_judgments(run:Path|str, name:str='checker')->int:
                    n_steps=steps, score=r.get('score'), status=r.get('status'))
         p = judgment_path(run, name, (m['app'], m['task'], m['sample']))
         p.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(p, _dumps(rec, indent=1))
+        atomic_write(p, _dumps(rec, indent=1))
         n += 1
     return n
 

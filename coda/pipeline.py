@@ -18,7 +18,7 @@ from typing import Sequence
 import yaml
 from .paths import from_root, PARAMS
 from fastcore.basics import patch
-from .store import RunStore, _atomic_write
+from .store import RunStore, atomic_write
 from .models import free_port, log_tail, die_with_parent
 
 # %% ../nbs/17_pipeline.ipynb #22124841
@@ -254,7 +254,7 @@ class Record:
         (self.data['stages'].setdefault(name, {}) if name else self.data).update(kw)
         if self.readonly: return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.path, json.dumps(self.data, indent=1, default=str).encode())
+        atomic_write(self.path, json.dumps(self.data, indent=1, default=str).encode())
 
 @dataclass
 class Stage:

@@ -16,7 +16,7 @@ from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recordin
 from coda.judge import judgment_path
 from coda.models import OpenAIChat, build_tiny_qwen25vl
 from coda.prompts import split_planner
-from coda.store import EpisodeWriter, _atomic_write
+from coda.store import EpisodeWriter, atomic_write
 
 os.environ.setdefault('TRL_EXPERIMENTAL_SILENCE', '1')
 
@@ -32,7 +32,7 @@ def write_episode(root, task, replies, sample=0):
         obs = env.step(acts)
     w.add_final(obs.png()); w.finish({'app': task.app, 'task': task.id, 'sample': sample, 'status': 'done', 'score': env.evaluate(), 'steps': len(replies)})
     p = judgment_path(root, 'j', (task.app, task.id, sample)); p.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(p, json.dumps({'key': [task.app, task.id, sample], 'accepted': True, 'label': 1,
+    atomic_write(p, json.dumps({'key': [task.app, task.id, sample], 'accepted': True, 'label': 1,
                                  'labels': {'positives': list(range(len(replies))), 'negative': None, 'clean_success': True}}).encode())
 
 @pytest.fixture(scope='module')

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from coda.store import EpisodeWriter, RunStore, _atomic_write
+from coda.store import EpisodeWriter, RunStore, atomic_write
 from coda.judge import judgment_path
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.actions import parse_action
@@ -39,7 +39,7 @@ def _judgment(run, key, n_steps, clean, positives=(), negative=None, name='coda'
     labels = dict(positives=list(range(n_steps)) if clean else list(positives), negative=negative, clean_success=clean)
     rec = dict(key=list(key), judge=name, accepted=clean, label=int(clean), votes=[], verdict=None, labels=labels, n_steps=n_steps, score=None, status='done')
     p = judgment_path(run, name, key); p.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(p, json.dumps(rec).encode())
+    atomic_write(p, json.dumps(rec).encode())
 
 
 @pytest.fixture(scope='module')

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['PNG_SIGNATURE', 'ENVS', 'BUILTIN_ENVS', 'Element', 'PNG', 'pillow_png', 'png_chunk', 'adler32_combine',
-           'FrameEncoder', 'Observation', 'TaskLike', 'Env', 'register_env', 'make_env']
+           'FrameEncoder', 'Observation', 'Preview', 'preview', 'TaskLike', 'Env', 'register_env', 'make_env']
 
 # %% ../../nbs/05_envs.ipynb #985c90ab
 import io, hashlib, importlib, base64, functools, struct, threading, zlib
@@ -146,6 +146,25 @@ class Observation:
         elif self.screenshot is not None: h.update(self.screenshot.tobytes())
         if self.a11y is not None: h.update(self.a11y_text.encode())
         return h.hexdigest()
+
+# %% ../../nbs/05_envs.ipynb #4944cea5
+from PIL import Image
+
+class Preview:
+    "A frame shown in a notebook as one small JPEG"
+    def __init__(self, img, width:int=480, quality:int=55):
+        img = img.convert('RGB')
+        if img.width > width: img = img.resize((width, round(img.height * width / img.width)), Image.LANCZOS)
+        self.img, self.quality = img, quality
+    def _repr_jpeg_(self):
+        buf = io.BytesIO()
+        self.img.save(buf, 'JPEG', quality=self.quality, optimize=True)
+        return buf.getvalue()
+
+def preview(img, # a PIL image (a screenshot, a rendered view)
+            width:int=480, quality:int=55)->Preview:
+    "`img` shown in a notebook once, as a JPEG `width` pixels wide"
+    return Preview(img, width, quality)
 
 # %% ../../nbs/05_envs.ipynb #fea2457d
 @runtime_checkable

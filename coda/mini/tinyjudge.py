@@ -15,7 +15,7 @@ from ..judge import JudgeConfig, preset, checker_judgments
 from .oracle import OraclePlanner
 from ..agent import derive_seed
 from .slots import SlotChat, SlotCodec
-from ..store import RunStore, _atomic_write
+from ..store import RunStore, atomic_write
 from .. import judge_train
 from ..judge_train import judge_sft_rows, trained_judge
 
@@ -154,7 +154,7 @@ def record_mixed(tasks:Sequence,       # tasks with oracles (e.g. scidesk's trai
     noise_path = Path(run)/'noise.json'
     noise = json.loads(noise_path.read_text()) if noise_path.exists() else {}
     noise.update({f'{a}/{i}': dict(p, error_type=NOISES[p['kind']]) if p['kind'] else p for (a, i), p in planner.plans.items()})
-    _atomic_write(noise_path, json.dumps(noise, indent=1).encode())
+    atomic_write(noise_path, json.dumps(noise, indent=1).encode())
     res = run_sync(run_episodes(tasks, make_env, Agent(planner, A11yGrounder(), AgentConfig(obs='both', stuck_after=50)),
                                 store, n=1, workers=workers, progress=progress))
     checker_judgments(run)
