@@ -9,7 +9,8 @@ and the median round is reported. The official parser only gets the replies it c
 and left out of its timing); ours is timed on every reply and, for the ratio, on the official parser's replies.
 Its prints are silenced while it is timed. Parse+render means text in, pyautogui source out.
 """
-import argparse, contextlib, io, os, statistics, sys, time
+import contextlib, io, os, statistics, sys, time
+from fastcore.script import call_parse
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,42 +37,48 @@ def run_official(work):
 def timed(fn, work):
     "Replies per second of one pass of `fn` over `work`, stdout silenced."
     with contextlib.redirect_stdout(io.StringIO()):
-        t = time.perf_counter(); fn(work); dt = time.perf_counter() - t
+        t = time.perf_counter()
+        fn(work)
+        dt = time.perf_counter() - t
     return len(work) / dt
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--n', type=int, default=20_000, help='replies per timed pass (cycled from the corpus)')
-    ap.add_argument('--repeat', type=int, default=7, help='rounds; each round times both parsers once')
-    ap.add_argument('--cpu', type=int, default=None, help='core to pin to (default: the first allowed one)')
-    ap.add_argument('--strict', action='store_true', help='exit 1 when the target is not met')
-    a = ap.parse_args(argv)
+@call_parse
+def main(n:int=20_000,              # replies per timed pass (cycled from the corpus)
+         repeat:int=7,              # rounds; each round times both parsers once
+         cpu:int=None,              # core to pin to (default: the first allowed one)
+         strict:bool=False,         # exit 1 when the target is not met
+        ):
+    "Parse + render throughput of coda.actions against the official UI-TARS parser"
 
     if hasattr(os, 'sched_setaffinity'):
-        cpu = a.cpu if a.cpu is not None else min(os.sched_getaffinity(0))
+        cpu = cpu if cpu is not None else min(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})
     corpus = load_corpus()
     # which replies the official parser can take: it must not raise, and its code must compile
-    raises = uncompilable = 0; good = []
+    raises = uncompilable = 0
+    good = []
     for e in corpus:
         r = run_014(e)
-        if r['error']: raises += 1; continue
+        if r['error']:
+            raises += 1
+            continue
         try: official_actions(r)
         except SyntaxError: uncompilable += 1
         good.append(e)  # uncompilable code still costs the official parser its full work: keep it in the timing
-    ours_work = cycle([(e['text'], tuple(e['screen']), e['coords']) for e in corpus], a.n)
-    same_work = cycle([(e['text'], tuple(e['screen']), e['coords']) for e in good], a.n)
-    off_work = cycle([(e['text'], *official_args(e)) for e in good], a.n)
+    ours_work = cycle([(e['text'], tuple(e['screen']), e['coords']) for e in corpus], n)
+    same_work = cycle([(e['text'], tuple(e['screen']), e['coords']) for e in good], n)
+    off_work = cycle([(e['text'], *official_args(e)) for e in good], n)
 
-    run_ours(ours_work[:200]); timed(run_official, off_work[:200])  # warm-up
+    run_ours(ours_work[:200])
+    timed(run_official, off_work[:200])  # warm-up
     ours, same, off = [], [], []
-    for _ in range(a.repeat):
+    for _ in range(repeat):
         ours.append(timed(run_ours, ours_work))
         off.append(timed(run_official, off_work))
         same.append(timed(run_ours, same_work))
 
     print(f'corpus: {len(corpus)} replies; official 0.1.4 raises on {raises}, emits uncompilable code for {uncompilable}')
-    print(f'{a.n} replies per pass, {a.repeat} interleaved rounds, one process'
+    print(f'{n} replies per pass, {repeat} interleaved rounds, one process'
           + (f' pinned to cpu {cpu}' if hasattr(os, 'sched_setaffinity') else ''))
     print()
     rows = [('coda.actions, all replies', len(corpus), ours),
@@ -84,7 +91,4 @@ def main(argv=None):
     print()
     print(f'ratio ours / official, same replies (median): {ms / mf:.2f}x')
     print(f'target {TARGET:,} replies/s (ours, all replies, one core): {"met" if mo >= TARGET else "NOT met"} ({mo:,.0f}/s)')
-    return 1 if a.strict and mo < TARGET else 0
-
-if __name__ == '__main__':
-    sys.exit(main())
+    if strict and mo < TARGET: sys.exit(1)

@@ -21,8 +21,9 @@ on its own).
 
 Usage: python bench/agent.py [--latency 0.2] [--steps 8] [--episodes 8] [--repeat 3] [--store-on-loop]
 """
-import argparse, asyncio, statistics, sys, tempfile, time
+import asyncio, statistics, sys, tempfile, time
 from pathlib import Path
+from fastcore.script import call_parse
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]/'tests'))
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
 from coda.agent import Agent, AgentConfig
@@ -35,7 +36,8 @@ async def _stalls(done:asyncio.Event, out:list):
     gap, t = 0.0, time.perf_counter()
     while not done.is_set():
         await asyncio.sleep(0.005)
-        now = time.perf_counter(); gap, t = max(gap, now - t - 0.005), now
+        now = time.perf_counter()
+        gap, t = max(gap, now - t - 0.005), now
     out.append(gap)
 
 HELLO = [{'role': 'user', 'content': [{'type': 'text', 'text': 'hello'}]}]
@@ -46,20 +48,24 @@ def run(url, tasks, workers, root, target, stalls=None, setup=None):
     async def go():
         p, e = OpenAIChat(url, 'planner', max_concurrency=64), OpenAIChat(url, 'executor', max_concurrency=64)
         try:
-            t = time.perf_counter(); r = await asyncio.gather(p.chat(HELLO), e.chat(HELLO))
+            t = time.perf_counter()
+            r = await asyncio.gather(p.chat(HELLO), e.chat(HELLO))
             if setup is not None: setup.append(time.perf_counter() - t - max(x.seconds for x in r))
             done = asyncio.Event()
             watch = asyncio.create_task(_stalls(done, stalls)) if stalls is not None else None
             t = time.perf_counter()
             try: res = await run_episodes(tasks, lambda: CounterEnv(target=target), Agent(p, e, AgentConfig()), RunStore(root), workers=workers, progress=False)
             finally:
-                took = time.perf_counter() - t; done.set()
+                took = time.perf_counter() - t
+                done.set()
                 if watch: await watch
             return res, took
-        finally: await p.aclose(); await e.aclose()
+        finally:
+            await p.aclose()
+            await e.aclose()
     return asyncio.run(go())
 
-def store_on_loop():
+def writes_on_loop():
     "Make the store's writes on the event loop, as before they moved to writer threads (for comparison)"
     def at_once(self, fn, *args):
         f = asyncio.get_running_loop().create_future()
@@ -74,7 +80,7 @@ def breakdown(root)->dict:
     "Per step (but the last of each episode): {part: [seconds]}, from the step records"
     out = {k: [] for k in PARTS + ('step',)}
     for e in RunStore(root).episodes(finished_only=True):
-        s = e['steps']
+        s = [x.to_dict() for x in e.steps]
         for a, b in zip(s, s[1:]):
             step, enc, store = b['started'] - a['started'], a.get('encode_s', 0.0), a.get('store_s', 0.0)   # older records lack the last two
             model = a['planner_s'] + a['executor_s']
@@ -88,39 +94,45 @@ def show(title:str, d:dict):
     med = statistics.median
     print(f"{title}: {1000*med(d['step']):.2f} ms a step = " + ' + '.join(f"{k} {1000*med(d[k]):.2f}" for k in PARTS) + ' (ms, medians)')
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--latency', type=float, default=0.2, help='seconds the server takes per request (latency-bound)')
-    ap.add_argument('--steps', type=int, default=8, help='steps per episode')
-    ap.add_argument('--episodes', type=int, default=8, help='concurrent episodes')
-    ap.add_argument('--repeat', type=int, default=3, help='rounds (medians are reported)')
-    ap.add_argument('--store-on-loop', action='store_true', help="the store's writes on the event loop, as before (for comparison)")
-    a = ap.parse_args()
-    if a.store_on_loop: store_on_loop()
-    target = a.steps - 1
-    mk = lambda k: [Task(id=f'C-{i:02d}', steps=a.steps) for i in range(k)]
+@call_parse
+def main(latency:float=0.2,         # seconds the server takes per request (latency-bound)
+         steps:int=8,               # steps per episode
+         episodes:int=8,            # concurrent episodes
+         repeat:int=3,              # rounds (medians are reported)
+         store_on_loop:bool=False,  # the store's writes on the event loop, as before (for comparison)
+        ):
+    "Framework overhead of the agent loop, where a step's time goes, and overlap of concurrent episodes"
+    if store_on_loop: writes_on_loop()
+    target = steps - 1
+    mk = lambda k: [Task(id=f'C-{i:02d}', steps=steps) for i in range(k)]
     fast, slow, one, many, stalls1, stallsW, setup = {}, {}, [], [], [], [], []
-    with ScriptedServer(counting_policy(target), latency=0.0) as fs, ScriptedServer(counting_policy(target), latency=a.latency) as ss:
+    with ScriptedServer(counting_policy(target), latency=0.0) as fs, ScriptedServer(counting_policy(target), latency=latency) as ss:
         run(fs.url, mk(1), 1, tempfile.mkdtemp(), target)  # warm-up (imports, connections)
-        for r in range(a.repeat):
-            d = tempfile.mkdtemp(); res, _ = run(fs.url, mk(4), 1, d, target, setup=setup); merge(fast, breakdown(d))
+        for r in range(repeat):
+            d = tempfile.mkdtemp()
+            res, _ = run(fs.url, mk(4), 1, d, target, setup=setup)
+            merge(fast, breakdown(d))
             assert all(x['score'] == 1.0 for x in res), res
-            d = tempfile.mkdtemp(); res, t1 = run(ss.url, mk(1), 1, d, target, stalls1); one.append(t1); merge(slow, breakdown(d))
-            d = tempfile.mkdtemp(); res, tw = run(ss.url, mk(a.episodes), a.episodes, d, target, stallsW); many.append(tw)
+            d = tempfile.mkdtemp()
+            res, t1 = run(ss.url, mk(1), 1, d, target, stalls1)
+            one.append(t1)
+            merge(slow, breakdown(d))
+            d = tempfile.mkdtemp()
+            res, tw = run(ss.url, mk(episodes), episodes, d, target, stallsW)
+            many.append(tw)
             assert all(x['score'] == 1.0 for x in res), res
         inflight = ss.max_inflight
     med = statistics.median
     fw = med(fast['framework'])
-    print(f"agent loop, {a.steps} steps/episode ({2 * a.steps - 1} requests), 1280x800 screenshots, scripted server on 127.0.0.1, {a.repeat} rounds"
-          + (", store writes ON THE EVENT LOOP (--store-on-loop)" if a.store_on_loop else ", store writes in its writer threads") + "\n")
+    print(f"agent loop, {steps} steps/episode ({2 * steps - 1} requests), 1280x800 screenshots, scripted server on 127.0.0.1, {repeat} rounds"
+          + (", store writes ON THE EVENT LOOP (--store-on-loop)" if store_on_loop else ", store writes in its writer threads") + "\n")
     show("server latency 0     ", fast)
-    show(f"server latency {a.latency:.2f} s", slow)
+    show(f"server latency {latency:.2f} s", slow)
     print(f"\nper-step framework overhead (latency 0): {1000*fw:.2f} ms   (target < 1 ms: {'met' if fw < 0.001 else 'NOT met'})")
     ratio = med(many) / med(one)
-    print(f"one episode, latency {a.latency:.2f} s : {med(one):6.2f} s   (the model alone: {(2 * a.steps - 1) * a.latency:.2f} s)")
-    print(f"{a.episodes} concurrent episodes       : {med(many):6.2f} s   ratio {ratio:.2f}x   (target <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'})")
-    print(f"longest event-loop stall: {1000*max(stalls1):.1f} ms with one episode, {1000*max(stallsW):.1f} ms with {a.episodes}")
+    print(f"one episode, latency {latency:.2f} s : {med(one):6.2f} s   (the model alone: {(2 * steps - 1) * latency:.2f} s)")
+    print(f"{episodes} concurrent episodes       : {med(many):6.2f} s   ratio {ratio:.2f}x   (target <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'})")
+    print(f"longest event-loop stall: {1000*max(stalls1):.1f} ms with one episode, {1000*max(stallsW):.1f} ms with {episodes}")
     print(f"most requests in flight at the server: {inflight}")
     print(f"one-time client set-up on a new event loop (first request, less the server's time; outside the figures above): {1000*med(setup):.1f} ms")
 
-if __name__ == '__main__': main()

@@ -14,7 +14,9 @@ slowest app.
 
 Usage: python bench/agent_steps.py [--apps Algebra Biochem GIS Astronomy] [--workers 2] [--rounds 3] [--samples 3]
 """
-import argparse, json, os, statistics, tempfile, time
+import os, statistics, tempfile, time
+from fastcore.script import call_parse
+from typing import Annotated
 from pathlib import Path
 
 def run_once(app, layout, workers, n=1):
@@ -38,7 +40,7 @@ def run_once(app, layout, workers, n=1):
     if layout != 'in-process': make_env.shutdown()
     bad = [r for r in res if r.get('status') != 'done' or r.get('score') != 1.0]
     assert not bad, f"{app}: {len(bad)} of {len(res)} demonstrations did not succeed, e.g. {bad[0]}"
-    recs = [json.loads(l) for p in root.rglob('steps.jsonl') for l in p.read_text().splitlines() if l.strip()]
+    recs = [s.to_dict() for e in store.episodes() for s in e.steps]
     return len(recs), wall, recs
 
 def breakdown(recs)->str:
@@ -47,25 +49,23 @@ def breakdown(recs)->str:
     return (f"env {m('env_s'):5.2f} (encode {m('encode_s'):4.2f})  store wait {m('store_s'):4.2f}  "
             f"rest of step {m('total_s') - m('env_s'):5.2f} ms")
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--apps', nargs='+', default=['Algebra', 'Biochem', 'GIS', 'Astronomy'])
-    ap.add_argument('--workers', type=int, default=2, help='episodes at once')
-    ap.add_argument('--rounds', type=int, default=3)
-    ap.add_argument('--samples', type=int, default=3, help='passes over the tasks per measurement (the worker processes start once per measurement)')
-    a = ap.parse_args()
-    print(f"agent steps/s on scidesk with screenshots, {os.cpu_count()} CPUs, {a.workers} episodes at once, median of {a.rounds} rounds")
+@call_parse
+def main(apps:Annotated[str, {'nargs': '+'}]=['Algebra', 'Biochem', 'GIS', 'Astronomy'],  # apps to measure
+         workers:int=2,             # episodes at once
+         rounds:int=3,              # measurements (the median is reported)
+         samples:int=3,             # passes over the tasks per measurement (the worker processes start once per measurement)
+        ):
+    "Full agent steps per second on scidesk, environments in process and in worker processes"
+    print(f"agent steps/s on scidesk with screenshots, {os.cpu_count()} CPUs, {workers} episodes at once, median of {rounds} rounds")
     slowest = {}
-    for app in a.apps:
+    for app in apps:
         runs = {'in-process': [], 'processes': []}
         run_once(app, 'in-process', 1)   # warm up: imports, fonts
-        for _ in range(a.rounds):
-            for layout in runs: runs[layout].append(run_once(app, layout, a.workers, a.samples))
+        for _ in range(rounds):
+            for layout in runs: runs[layout].append(run_once(app, layout, workers, samples))
         for layout, rs in runs.items():
             sps = statistics.median(n / w for n, w, _ in rs)
             if sps < slowest.get(layout, (float('inf'), ''))[0]: slowest[layout] = (sps, app)
             print(f"  {app:<10} {layout:<10} {sps:7.1f} steps/s  ({rs[0][0]} steps a measurement)  {breakdown([r for _, _, recs in rs for r in recs])}")
     for layout, (sps, app) in slowest.items():
         print(f"slowest app, {layout}: {app} at {sps:.1f} steps/s (target >= 150: {'met' if sps >= 150 else 'NOT met'})")
-
-if __name__ == '__main__': main()

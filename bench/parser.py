@@ -10,7 +10,9 @@ falls with size; a linear one keeps it flat. Then one profile of every shape at 
 functions the time goes to. Replies over `MAX_REPLY` characters are refused unparsed (one `invalid` action), so
 sizes above it measure that refusal.
 """
-import argparse, cProfile, io, os, pstats, statistics, sys, time
+import cProfile, io, os, pstats, statistics, sys, time
+from fastcore.script import call_parse
+from typing import Annotated
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,32 +33,35 @@ def median_s(text:str, repeat:int)->float:
     "Median seconds of `repeat` parses of `text`"
     ts = []
     for _ in range(repeat):
-        t = time.perf_counter(); parse_action(text); ts.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        parse_action(text)
+        ts.append(time.perf_counter() - t)
     return statistics.median(ts)
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--sizes', type=int, nargs='+', default=[1_000, 64_000, 1_000_000], help='reply lengths in characters')
-    ap.add_argument('--repeat', type=int, default=5, help='parses per shape and size (the median is reported)')
-    ap.add_argument('--cpu', type=int, default=None, help='core to pin to (default: the first allowed one)')
-    ap.add_argument('--strict', action='store_true', help=f'exit 1 when a 1 MB reply takes over {TARGET_S} s')
-    a = ap.parse_args(argv)
+@call_parse
+def main(sizes:Annotated[int, {'nargs': '+'}]=[1_000, 64_000, 1_000_000],  # reply lengths in characters
+         repeat:int=5,              # parses per shape and size (the median is reported)
+         cpu:int=None,              # core to pin to (default: the first allowed one)
+         strict:bool=False,         # exit 1 when a 1 MB reply takes over TARGET_S seconds
+        ):
+    "Parser time on hostile reply shapes at growing lengths"
     if hasattr(os, 'sched_setaffinity'):
-        cpu = a.cpu if a.cpu is not None else min(os.sched_getaffinity(0))
+        cpu = cpu if cpu is not None else min(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})
     names = ['realistic long thought', *SHAPES]
     parse_action(build('calls', 10_000))   # warm-up: regex compilation, caches
-    print(f'parse_action on {len(names)} shapes x {len(a.sizes)} sizes, median of {a.repeat}, one process'
+    print(f'parse_action on {len(names)} shapes x {len(sizes)} sizes, median of {repeat}, one process'
           + (f' pinned to cpu {cpu}' if hasattr(os, 'sched_setaffinity') else '') + f'; MAX_REPLY = {MAX_REPLY:,} characters')
     print()
-    head = f"{'shape':24s}" + ''.join(f"{f'{n:,} ch: ms':>18s}{'MB/s':>8s}" for n in a.sizes)
-    print(head); print('-' * len(head))
-    worst, big = {}, max(a.sizes)
+    head = f"{'shape':24s}" + ''.join(f"{f'{n:,} ch: ms':>18s}{'MB/s':>8s}" for n in sizes)
+    print(head)
+    print('-' * len(head))
+    worst, big = {}, max(sizes)
     for name in names:
         row = f'{name:24s}'
-        for n in a.sizes:
+        for n in sizes:
             text = build(name, n)
-            s = median_s(text, a.repeat)
+            s = median_s(text, repeat)
             row += f'{s * 1000:18.2f}{len(text) / s / 1e6 if s else float("inf"):8.1f}'
             if n == big: worst[name] = s
         print(row, flush=True)
@@ -65,11 +70,13 @@ def main(argv=None):
     print(f'slowest at {big:,} characters: ' + ', '.join(f'{k} {v * 1000:.0f} ms' for k, v in slowest))
 
     texts = [build(name, big) for name in names]   # where the time goes: one profile over every shape at the largest size
-    pr = cProfile.Profile(); pr.enable()
+    pr = cProfile.Profile()
+    pr.enable()
     for t in texts: parse_action(t)
     pr.disable()
     out = io.StringIO()
-    st = pstats.Stats(pr, stream=out); st.sort_stats('tottime')
+    st = pstats.Stats(pr, stream=out)
+    st.sort_stats('tottime')
     total = sum(v[2] for v in st.stats.values())
     print(f'\nwhere the time goes ({len(texts)} replies of {big:,} characters, {total:.2f} s under the profiler, own time):')
     for (f, line, fn), v in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:10]:
@@ -77,7 +84,4 @@ def main(argv=None):
     ok = max(worst.values()) <= TARGET_S if big >= 1_000_000 else True
     print(f'\ntarget {TARGET_S} s per 1 MB reply, any shape, one core: ' + ('met' if ok else 'NOT met')
           + f' (slowest {max(worst.values()) * 1000:.0f} ms at {big:,} characters)')
-    return 1 if a.strict and not ok else 0
-
-if __name__ == '__main__':
-    sys.exit(main())
+    if strict and not ok: sys.exit(1)

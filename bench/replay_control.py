@@ -11,7 +11,8 @@ Usage: python bench/replay_control.py [--run runs/reproduce] [--out <run>/replay
 It prints the held-out successes of the baseline, Stage 2, the checker-label Stage 2 (when the run has it) and the
 control, per task and in all. Two to three minutes on 2 cores.
 """
-import argparse, json
+import json
+from fastcore.script import call_parse
 from pathlib import Path
 
 
@@ -28,15 +29,16 @@ def successes(runs)->dict:
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--run', default='runs/reproduce', help='a finished miniature run of coda pipeline')
-    ap.add_argument('--out', default='', help="where the control's model and episodes go (default: <run>/replay-control)")
-    a = ap.parse_args()
+@call_parse
+def main(run:str='runs/reproduce',  # a finished miniature run of coda pipeline
+         out:str='',                # where the control's model and episodes go (default: <run>/replay-control)
+        ):
+    "The replay control: Stage 2 trained on the replayed demonstrations alone, evaluated as the stage2 row"
     from coda.paths import from_root
-    from coda.pipeline import Pipeline, ModelRef, load_config, config_dict, config_changes, expand_runs, sft_summary
-    root = from_root(a.run)
-    out = Path(a.out) if a.out else root/'replay-control'
+    from coda.pipeconfig import ModelRef, load_config, config_dict, config_changes
+    from coda.pipeline import Pipeline, expand_runs, sft_summary
+    root = from_root(run)
+    out = Path(out) if out else root/'replay-control'
     rec = json.loads((root/'pipeline.json').read_text())
     cfg = load_config(rec['config_file'], run=str(root))
     if changed := config_changes(rec['config'], config_dict(cfg)):
@@ -62,6 +64,3 @@ def main():
         print(f'{t.instruction[:50]:52s}' + ''.join(f"{'%d/%d' % tuple(reversed(r.get((t.app, t.id), (0, 0)))):>24s}" for r in res.values()))
     tot = {k: (sum(n for n, _ in r.values()), sum(ok for _, ok in r.values())) for k, r in res.items()}
     print(f"{'all':52s}" + ''.join(f"{'%d/%d' % (ok, n):>24s}" for n, ok in tot.values()))
-
-
-if __name__ == '__main__': main()

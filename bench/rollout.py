@@ -31,7 +31,9 @@ Where the time goes, per episode (means; one episode's own time, from its reset 
 
 Usage: python bench/rollout.py [--latency 0.2] [--episodes 16] [--workers 1 2 4 8] [--rounds 3] [--no-ray]
 """
-import argparse, asyncio, os, statistics, sys, tempfile, threading, time
+import asyncio, os, statistics, sys, tempfile, threading, time
+from fastcore.script import call_parse
+from typing import Annotated
 from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]/'tests'
 sys.path.insert(0, str(TESTS))
@@ -95,7 +97,8 @@ def timed_store(root):
 async def watch_loop(stop:asyncio.Event, period=0.005):
     "Count event-loop stalls: a `period` timer that fires more than 1 ms late"
     while not stop.is_set():
-        t = time.perf_counter(); await asyncio.sleep(period)
+        t = time.perf_counter()
+        await asyncio.sleep(period)
         if (late := time.perf_counter() - t - period) > 0.001: CLOCK.add('blocked', late)
 
 def measure(tasks, make_env, policy, workers, n=1, latency=0.0, want_requests=None, want_steps=None):
@@ -109,19 +112,24 @@ def measure(tasks, make_env, policy, workers, n=1, latency=0.0, want_requests=No
     with ScriptedServer(policy, latency=latency) as srv:
         async def go():
             p, e = OpenAIChat(srv.url, 'planner', max_concurrency=64), OpenAIChat(srv.url, 'executor', max_concurrency=64)
-            stop = asyncio.Event(); probe = asyncio.ensure_future(watch_loop(stop))
+            stop = asyncio.Event()
+            probe = asyncio.ensure_future(watch_loop(stop))
             try: return await run_episodes(tasks, make_env, Agent(p, e, AgentConfig()), timed_store(root), n=n, workers=workers, progress=False)
             finally:
-                stop.set(); await probe
-                await p.aclose(); await e.aclose()
-        t = time.perf_counter(); res = run_sync(go()); wall = time.perf_counter() - t
+                stop.set()
+                await probe
+                await p.aclose()
+                await e.aclose()
+        t = time.perf_counter()
+        res = run_sync(go())
+        wall = time.perf_counter() - t
         requests = len(srv.requests)
     k = len(tasks) * n
     bad = [r for r in res if r.get('status') != 'done' or r.get('score') != 1.0 or (want_steps and r.get('steps') != want_steps)]
     assert len(res) == k and not bad, f"{len(bad)} of {len(res)} episodes did not succeed, e.g. {bad[:1]}"
     assert want_requests is None or requests == want_requests * k, f"{requests} requests for {k} episodes, not {want_requests} each"
     from coda.store import RunStore
-    steps = [s for ep in RunStore(root).episodes(finished_only=True) for s in ep['steps']]
+    steps = [s for ep in RunStore(root).episodes(finished_only=True) for s in ep.steps]
     model = sum(s.get('planner_s', 0) + s.get('executor_s', 0) for s in steps)
     ep_s = statistics.mean(r['seconds'] for r in res)
     b = dict(episode=ep_s, model=model / k, env=CLOCK['env'] / k, encode=CLOCK['encode'] / k, store=CLOCK['store'] / k,
@@ -155,24 +163,24 @@ def scaling(name, runs:dict, workers, episodes, target=0.9):
     if target is not None: print(f"  scaling efficiency at {workers[-1]} workers: {eff:.3f} (target >= {target}: {'met' if eff >= target else 'NOT met'})")
     return eff
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--latency', type=float, default=0.2, help='seconds per model request (latency-bound part)')
-    ap.add_argument('--episodes', type=int, default=16, help='episodes per measurement')
-    ap.add_argument('--workers', type=int, nargs='+', default=[1, 2, 4, 8], help='worker counts to measure')
-    ap.add_argument('--rounds', type=int, default=3, help='rounds (worker counts and backends alternate within each; medians reported)')
-    ap.add_argument('--no-ray', action='store_true', help='skip Ray')
-    a = ap.parse_args()
+@call_parse
+def main(latency:float=0.2,         # seconds per model request (latency-bound part)
+         episodes:int=16,           # episodes per measurement
+         workers:Annotated[int, {'nargs': '+'}]=[1, 2, 4, 8],   # worker counts to measure
+         rounds:int=3,              # rounds (worker counts and backends alternate within each; medians reported)
+         no_ray:bool=False,         # skip Ray
+        ):
+    "Rollout throughput: episodes per second at growing worker counts, local pool and Ray"
     from agent_fixtures import CounterEnv, counting_policy, Task
     from test_rollout import answer_policy, ALG
     from coda.envs.scidesk import SciDesk
     from coda.rollout import RayEnvFactory
     count_encoding()
-    print(f"rollout bench: {os.cpu_count()} CPUs, latency {a.latency:.2f} s per request, {a.episodes} episodes per measurement, "
-          f"{a.rounds} rounds (medians), workers {a.workers}")
+    print(f"rollout bench: {os.cpu_count()} CPUs, latency {latency:.2f} s per request, {episodes} episodes per measurement, "
+          f"{rounds} rounds (medians), workers {workers}")
 
     fac = None
-    if not a.no_ray:
+    if not no_ray:
         import ray
         t = time.perf_counter()
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,     # the actors import CounterEnv from tests/
@@ -180,44 +188,44 @@ def main():
         print(f"ray.init {time.perf_counter() - t:.1f} s (not counted)")
         fac = RayEnvFactory(CounterEnv)      # 0.25 CPU per actor: 8 fit on 2 CPUs
 
-    counter = [Task(id=f'C-{i:02d}', steps=8) for i in range(a.episodes)]
-    local, remote, starts = {w: [] for w in a.workers}, {w: [] for w in a.workers}, []
-    for _ in range(a.rounds):
-        for w in a.workers:
-            local[w].append(measure(counter, TimedFactory(CounterEnv), counting_policy(3), w, latency=a.latency, want_requests=7, want_steps=4))
+    counter = [Task(id=f'C-{i:02d}', steps=8) for i in range(episodes)]
+    local, remote, starts = {w: [] for w in workers}, {w: [] for w in workers}, []
+    for _ in range(rounds):
+        for w in workers:
+            local[w].append(measure(counter, TimedFactory(CounterEnv), counting_policy(3), w, latency=latency, want_requests=7, want_steps=4))
             if fac is None: continue
-            t = time.perf_counter(); fac.start(w); starts.append((w, time.perf_counter() - t))   # actors started and warm: off the clock
-            remote[w].append(measure(counter, TimedFactory(fac), counting_policy(3), w, latency=a.latency, want_requests=7, want_steps=4))
-    title = f"latency-bound agent: counter episodes (7 requests of {a.latency:.2f} s each, 4 steps), {a.episodes} episodes"
-    scaling(f"{title}, local pool (environments in threads)", local, a.workers, a.episodes)
+            t = time.perf_counter()
+            fac.start(w)
+            starts.append((w, time.perf_counter() - t))   # actors started and warm: off the clock
+            remote[w].append(measure(counter, TimedFactory(fac), counting_policy(3), w, latency=latency, want_requests=7, want_steps=4))
+    title = f"latency-bound agent: counter episodes (7 requests of {latency:.2f} s each, 4 steps), {episodes} episodes"
+    scaling(f"{title}, local pool (environments in threads)", local, workers, episodes)
     if fac is not None:
-        scaling(f"{title}, Ray (environments in actors, started before the clock)", remote, a.workers, a.episodes)
-        print("  actor start-up (not counted): " + ', '.join(f"{w} actors {s:.2f} s" for w, s in starts[:len(a.workers)]))
+        scaling(f"{title}, Ray (environments in actors, started before the clock)", remote, workers, episodes)
+        print("  actor start-up (not counted): " + ', '.join(f"{w} actors {s:.2f} s" for w, s in starts[:len(workers)]))
         fac.shutdown()
 
     tasks = ALG
-    n = max(1, a.episodes // len(tasks))
+    n = max(1, episodes // len(tasks))
     eps = len(tasks) * n
-    alone = {w: [] for w in a.workers}
-    for _ in range(a.rounds):
-        for w in a.workers: alone[w].append(measure(tasks, TimedFactory(SciDesk), answer_policy(tasks), w, n=n, want_requests=1, want_steps=1))
+    alone = {w: [] for w in workers}
+    for _ in range(rounds):
+        for w in workers: alone[w].append(measure(tasks, TimedFactory(SciDesk), answer_policy(tasks), w, n=n, want_requests=1, want_steps=1))
     scaling(f"scidesk alone (Algebra answer tasks, 1 request each, server answers at once), {eps} episodes: CPU-bound, 2 cores cap it",
-            alone, a.workers, eps, target=None)
+            alone, workers, eps, target=None)
     if fac is None: return
-    W = min(4, max(a.workers))
+    W = min(4, max(workers))
     sd = RayEnvFactory(SciDesk)
     loc, ray_ = [], []
     try:
-        for _ in range(a.rounds):
+        for _ in range(rounds):
             loc.append(measure(tasks, TimedFactory(SciDesk), answer_policy(tasks), W, n=n, want_requests=1, want_steps=1))
             sd.start(W)                                                    # off the clock
             ray_.append(measure(tasks, TimedFactory(sd), answer_policy(tasks), W, n=n, want_requests=1, want_steps=1))
     finally: sd.shutdown(ray_too=True)
     l, r = statistics.median(x[0] for x in loc), statistics.median(x[0] for x in ray_)
-    print(f"\nRay against the local pool, {W} workers, {eps} scidesk episodes, median of {a.rounds} (actors started before the clock)")
+    print(f"\nRay against the local pool, {W} workers, {eps} scidesk episodes, median of {rounds} (actors started before the clock)")
     print(f"  local pool {l:.3f} s ({1000 * l / eps:.1f} ms/episode), Ray {r:.3f} s ({1000 * r / eps:.1f} ms/episode): "
           f"overhead {1000 * (r - l) / eps:+.1f} ms per episode")
     print(f"{HEAD}\n{row('local', eps / l, 1.0, median_breakdown([x[1] for x in loc]), median_breakdown([x[1] for x in loc])['episode'])}")
     print(row('Ray', eps / r, l / r, median_breakdown([x[1] for x in ray_]), median_breakdown([x[1] for x in loc])['episode']))
-
-if __name__ == '__main__': main()

@@ -10,9 +10,9 @@ __all__ = ['AST_LOCK', 'KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR'
            'to_pyautogui', 'Backend', 'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
 
 # %% ../nbs/02_actions.ipynb #12dc6ddc
-import functools, math, re, os, time, shutil, subprocess, itertools
-from dataclasses import dataclass, field, replace, asdict
-from typing import Literal, Protocol, Sequence
+import functools, math, re, os, time, shutil, subprocess
+from dataclasses import dataclass, replace, asdict
+from typing import Protocol, Sequence
 
 # %% ../nbs/02_actions.ipynb #d8b839f4
 import ast, threading

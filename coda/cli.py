@@ -8,7 +8,8 @@ __all__ = ['build_parser', 'main']
 # %% ../nbs/90_cli.ipynb #9b12d69d
 import argparse, json, os, shlex, shutil, subprocess, sys, time
 from pathlib import Path
-from .paths import ROOT, PARAMS
+from typing import Callable
+from .paths import PARAMS
 from .config import get_settings, show_settings, size_arg
 
 # %% ../nbs/90_cli.ipynb #174a809e
@@ -46,6 +47,18 @@ def _opt(kv):
     try: return k, json.loads(v)
     except json.JSONDecodeError: return k, v
 
+def _delegate(sub, name:str,      # the subparsers to add to, and the subcommand's name
+              add_args:Callable,   # adds the subcommand's flags to its parser (it lives in the module that runs it)
+              run:Callable,        # runs it with the parsed arguments
+              **kw,                # `help`, `description` of `add_parser`
+             )->argparse.ArgumentParser:
+    "A subcommand whose flags and handler live in the module that owns them"
+    c = sub.add_parser(name, **kw)
+    add_args(c)
+    c.set_defaults(fn=run)
+    return c
+
+# %% ../nbs/90_cli.ipynb #f5d9b083
 def _cmd_config(a):
     print(show_settings(get_settings(a.settings)))
 
@@ -99,6 +112,7 @@ def _run_folder(path, fresh:bool=False)->Path:
     if fresh and run.exists(): shutil.rmtree(run)
     return run
 
+# %% ../nbs/90_cli.ipynb #37339fff
 def _env_factory(a, opts:dict)->tuple:
     "(make_env for the run, a function that stops every environment it made): Ray actors, worker processes (the default) or this process"
     from functools import partial
@@ -136,6 +150,7 @@ def _resume_command(argv:list, run:Path)->str:
     if not any(x == '--run' or x.startswith('--run=') for x in args): args += ['--run', str(run)]
     return shlex.join(['coda', *args])
 
+# %% ../nbs/90_cli.ipynb #31c31b68
 def _cmd_eval(a):
     from coda.tasks import load_tasks
     from coda.agent import AgentConfig
@@ -177,6 +192,7 @@ def _cmd_eval(a):
         sys.exit(f"coda eval: every episode ({len(out['records'])}) ended in an error or a timeout: nothing was measured; "
                  f"the reasons are in {run}/episodes/*/*/*/result.json (--retry-errors runs them again)")
 
+# %% ../nbs/90_cli.ipynb #bc7d4570
 def _add_eval(sub):
     c = sub.add_parser('eval', help='run N samples of every task through the agent and print Average@k / Pass@k',
                        description='Run the planner-executor agent on a task set into a run folder (resumable), then print the metrics table. '
@@ -211,6 +227,7 @@ def _add_eval(sub):
     c.add_argument('--ray-resources', help='custom resources each environment actor needs, as JSON, e.g. \'{"gui_env": 1}\'')
     c.set_defaults(fn=_cmd_eval)
 
+# %% ../nbs/90_cli.ipynb #49b10bd9
 def _cmd_judge(a):
     from coda.judge import Judge, Ensemble, preset, judge_run, judge_eval
     from dataclasses import replace
@@ -252,7 +269,8 @@ def _add_judge(sub):
 # %% ../nbs/90_cli.ipynb #8cee8ee7
 def _row_servers(a)->list:
     "The vLLM servers of a pipeline config's rows: one per model, under the pipeline's names (a row not trained yet is refused)"
-    from coda.pipeline import load_config, Pipeline
+    from coda.pipeconfig import load_config
+    from coda.pipeline import Pipeline
     from coda.models import VLLMServer
     p = Pipeline(load_config(a.config, run=a.run), dry_run=True, progress=False, log=lambda *x: None)
     refs = {}
@@ -266,6 +284,7 @@ def _row_servers(a)->list:
     return [VLLMServer(r.path.replace('{run}', str(p.root)), n, port + i, r.tp, images=p.cfg.serving.images, max_len=p.cfg.serving.max_model_len)
             for i, (n, r) in enumerate(refs.items())]
 
+# %% ../nbs/90_cli.ipynb #70a8d421
 def _cmd_serve(a):
     from coda.models import VLLMServer, vllm_commands, PAPER_SERVERS
     if a.config: servers = _row_servers(a)
@@ -309,20 +328,16 @@ def _add_serve(sub):
 
 def _add_serve_local(sub):
     from coda.serve import add_serve_local_args, run_serve_local
-    c = sub.add_parser('serve-local', help="coda's own OpenAI-compatible server for local models and backends (CPU, tests, the miniature)",
+    _delegate(sub, 'serve-local', add_serve_local_args, run_serve_local, help="coda's own OpenAI-compatible server for local models and backends (CPU, tests, the miniature)",
                        description="Serve model folders (transformers, in process) and chat backends named `module:callable` over the OpenAI API, "
                                    "several under their own names, with vLLM's continue_final_message; what the pipeline starts with serving.kind local.")
-    add_serve_local_args(c)
-    c.set_defaults(fn=run_serve_local)
 
 # %% ../nbs/90_cli.ipynb #7640d90a
 def _add_generate(sub):
     from coda.taskgen import add_generate_args, run_generate_command
-    c = sub.add_parser('generate', help='a served teacher model proposes new tasks per app, written as task files (ScienceBoard format)',
+    _delegate(sub, 'generate', add_generate_args, run_generate_command, help='a served teacher model proposes new tasks per app, written as task files (ScienceBoard format)',
                        description='Ask a teacher (an OpenAI-compatible VLM, shown the app\'s opening screen) for new tasks; they are parsed, validated, '
                                    'de-duplicated against known and test tasks, given checkers where a template allows, and written as task files. Resumable.')
-    add_generate_args(c)
-    c.set_defaults(fn=run_generate_command)
 
 def _add_train(sub):
     from coda.grpo import add_grpo_args, run_grpo_command
@@ -330,25 +345,20 @@ def _add_train(sub):
     from coda.judge_train import add_judge_args, run_judge_command
     t = sub.add_parser('train', help='train models: Stage 1 decoupled GRPO (a specialist per app), Stage 2 SFT (a generalist), the judge')
     tsub = t.add_subparsers(dest='stage', required=True, metavar='STAGE')
-    c = tsub.add_parser('grpo', help='decoupled GRPO of a specialist planner on one app, from judged runs',
+    _delegate(tsub, 'grpo', add_grpo_args, run_grpo_command, help='decoupled GRPO of a specialist planner on one app, from judged runs',
                         description="Train a specialist planner with GRPO on TRL: the reward is the frozen executor's action for each sampled thought, "
                                     "scored against the judge-labelled action. Under `accelerate launch -m coda.cli train grpo ...`: several processes.")
-    add_grpo_args(c)
-    c.set_defaults(fn=run_grpo_command)
-    c = tsub.add_parser('sft', help="Stage 2: SFT of a generalist planner on the specialists' judged clean successes",
+    _delegate(tsub, 'sft', add_sft_args, run_sft_command, help="Stage 2: SFT of a generalist planner on the specialists' judged clean successes",
                         description="Aggregate judged clean successes of every app's runs into one SFT dataset of planner turns and fine-tune a planner "
                                     "with TRL's SFTTrainer.")
-    add_sft_args(c)
-    c.set_defaults(fn=run_sft_command)
-    c = tsub.add_parser('judge', help='fine-tune a judge (LoRA of rank 8, the paper\'s) on labelled trajectories and AgentRewardBench',
+    _delegate(tsub, 'judge', add_judge_args, run_judge_command, help='fine-tune a judge (LoRA of rank 8, the paper\'s) on labelled trajectories and AgentRewardBench',
                         description="Train a trajectory judge on checker-labelled (or judged) runs and on AgentRewardBench's expert labels where "
                                     "present: a LoRA merged into the base judge (the paper's GUI-Judge), or all weights.")
-    add_judge_args(c)
-    c.set_defaults(fn=run_judge_command)
 
 # %% ../nbs/90_cli.ipynb #aee1355b
 def _cmd_pipeline(a):
-    from coda.pipeline import load_config, Pipeline, format_plan
+    from coda.pipeconfig import load_config
+    from coda.pipeline import Pipeline, format_plan
     cfg = load_config(a.config, a.set or [], a.run)
     p = Pipeline(cfg, dry_run=a.dry_run, fresh=a.fresh, redo=a.redo or [], accept_changes=a.accept_changes, progress=not a.quiet)
     if a.dry_run: return print(format_plan(p.run()['plan'], cfg))

@@ -6,7 +6,7 @@
 __all__ = ['Settings', 'read_ini', 'get_settings', 'settings_doc', 'show_settings', 'size_arg']
 
 # %% ../nbs/01_config.ipynb #6f9fba32
-import os, configparser, dataclasses
+import os, configparser
 from dataclasses import dataclass, fields
 from pathlib import Path
 from .paths import SETTINGS, from_root
@@ -15,6 +15,7 @@ from .paths import SETTINGS, from_root
 @dataclass(frozen=True)
 class Settings:
     "Run settings; see `settings.ini` for values and `get_settings` for precedence"
+    # The models: where each is served and under which name
     planner_url: str = 'http://127.0.0.1:8000/v1' # OpenAI-compatible endpoint of the planner (Cerebrum), e.g. vLLM `serve`
     planner_model: str = 'coda-planner'            # model name the planner server serves (`coda serve`: CODA's released planner)
     executor_url: str = 'http://127.0.0.1:8001/v1' # OpenAI-compatible endpoint of the executor (Cerebellum)
@@ -23,11 +24,15 @@ class Settings:
     judge_model: str = 'judge'                     # model name of the judge
     api_key: str = 'EMPTY'                         # API key sent to every endpoint (vLLM ignores it unless started with --api-key)
     request_timeout: float = 120.0                 # seconds before one model request is abandoned and retried
+
+    # The screen, and the frame the executor sees it in
     screen_width: int = 1280                       # screen width in pixels (ScienceBoard VMs: 1280)
     screen_height: int = 800                       # screen height in pixels (ScienceBoard VMs: 800)
     coords: str = 'absolute'                       # executor coordinate convention: absolute (UI-TARS-1.5) or relative1000 (UI-TARS v1, Doubao)
     min_pixels: int = 78400                        # the executor server's image processor min_pixels (smart_resize frame)
     max_pixels: int = 12845056                     # the executor server's image processor max_pixels (smart_resize frame)
+
+    # Runs
     run_dir: str = 'runs'                          # where runs are written; relative paths are taken from the repo root
     seed: int = 0                                  # default random seed
 

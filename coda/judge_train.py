@@ -12,10 +12,11 @@ __all__ = ['log', 'UNSCORED', 'ARB_TRAIN_SPLIT', 'LORA_R', 'PAPER_STEPS', 'verdi
 import json, logging, random, shutil, time
 from pathlib import Path
 from typing import Sequence
-from .judge import Verdict, Trajectory, judge_messages, load_trajectory, read_judgments
+from .judge import Verdict, Trajectory, judge_messages, load_trajectory
 from .judge import arb_annotations, arb_trajectory_path, load_arb_trajectory
 from PIL import Image
-from .store import RunStore, ended_in_error
+from .store import RunStore, ended_in_error, judgments
+from .records import Judgment
 from .config import size_arg
 from .sft import TEXT_ATTENTION
 log = logging.getLogger(__name__)
@@ -89,20 +90,20 @@ def row_counts(rows:list,            # judge SFT rows
 # %% ../nbs/11a_judge_train.ipynb #34e1b35c
 UNSCORED = 'unscored'   # the status of an episode of a task without checks: no checker outcome
 
-def judgment_verdict(j:dict,                # a filed judgment (coda.judge.read_judgments)
+def judgment_verdict(j:Judgment,            # a filed judgment (coda.store.judgments)
                      n_steps:int,           # steps in its episode
                      noise:dict|None=None,  # the episode's noise.json entry, if any
                      error_steps:str='noise', # passed to `checker_verdict`
                     )->Verdict:
     "The verdict a judgment teaches: a judge's own parsed verdict when it agrees with its decision, else `checker_verdict`"
-    v = j.get('verdict')
-    if v and v.get('parsed') and bool(v.get('correct')) == bool(j['accepted']): return Verdict(**v)
-    return checker_verdict(bool(j['accepted']), n_steps, noise, error_steps)
+    v = j.verdict
+    if v and v.get('parsed') and bool(v.get('correct')) == bool(j.accepted): return Verdict(**v)
+    return checker_verdict(bool(j.accepted), n_steps, noise, error_steps)
 
-def _usable(j:dict, result:dict|None)->bool:
+def _usable(j:Judgment, result:dict|None)->bool:
     "Whether a judged episode can be a row: finished, not ended by the machinery, and scored unless a judge (who votes) decided"
-    if result is None or ended_in_error(result) or j.get('label') == -1: return False
-    return bool(j.get('votes')) or result.get('status') != UNSCORED
+    if result is None or ended_in_error(result) or j.label == -1: return False
+    return bool(j.votes) or result.get('status') != UNSCORED
 
 # %% ../nbs/11a_judge_train.ipynb #e8348019
 def judge_sft_rows(runs:Sequence,              # run folders with judgments filed under `name`
@@ -121,11 +122,11 @@ def judge_sft_rows(runs:Sequence,              # run folders with judgments file
     for run in map(Path, runs):
         noise = json.loads((run/'noise.json').read_text()) if (run/'noise.json').exists() else {}
         store = RunStore(run)
-        for j in read_judgments(run, name):
-            app, task, sample = j['key']
-            t = None
-            if _usable(j, store.result(app, task, sample)):
-                try: t = load_trajectory(store.episode_dir(app, task, sample))
+        for j in judgments(run, name):
+            app, task, sample = j.key
+            t, e = None, store.episode(app, task, sample)
+            if _usable(j, e.result if e else None):
+                try: t = load_trajectory(e)
                 except (OSError, ValueError, KeyError) as e: log.warning("skipping %s/%s/%s of %s: %s: %s", app, task, sample, run, type(e).__name__, e)
             if t is None:
                 skipped[app] = skipped.get(app, 0) + 1

@@ -10,7 +10,8 @@ __all__ = ['log', 'MAX_RESPONSE_BYTES', 'MAX_RETRY_WAIT', 'QWEN_SPECIAL', 'QWEN2
            'serve_transformers', 'VLLMServer', 'vllm_commands']
 
 # %% ../nbs/04_models.ipynb #11bd7c29
-import asyncio, atexit, base64, functools, importlib, io, json, logging, math, os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time, weakref
+import asyncio, atexit, base64, functools, importlib, io, json, logging, math, os, random, re, shutil, socket
+import subprocess, sys, tempfile, threading, time, weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -432,7 +433,7 @@ def preflight_sync(chat, continue_final:bool=False)->dict:
 def patch_qwen_vl_processors_without_video():
     "Let Qwen2(.5)-VL processors load without torchvision (no video processor); idempotent, a no-op when torchvision imports"
     try:
-        import torchvision  # noqa: F401  (the CUDA wheel next to a CPU torch fails here too)
+        import torchvision  # noqa: F401  # chkstyle: ignore  (the CUDA wheel next to a CPU torch fails here too)
         return False
     except Exception: pass
     from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
@@ -691,7 +692,7 @@ def free_port(host:str='127.0.0.1')->int:
 
 def die_with_parent(sig:int=15, # the signal the child gets (SIGTERM; SIGKILL where no clean-up is wanted)
                    ):
-    "In a child process (as `preexec_fn`, or first thing in its body): end it when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)"
+    "In a child process (as `preexec_fn`, or first in its body): end it when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG)"
     try:
         import ctypes
         ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, int(sig))

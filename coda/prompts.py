@@ -4,10 +4,9 @@
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT_ANS', 'UITARS15_COMPUTER_PROMPT', 'USER_QUESTION', 'USER_OPENING', 'JUDGE_PROMPT',
-           'JUDGE_ACTIONS_NOTE', 'TASKGEN_PROMPT', 'user_turn', 'Conversation', 'split_planner']
+           'JUDGE_ACTIONS_NOTE', 'TASKGEN_PROMPT', 'user_turn', 'message_text', 'Conversation', 'split_planner']
 
 # %% ../nbs/03_prompts.ipynb #50aca821
-import re
 from dataclasses import dataclass, field
 
 # %% ../nbs/03_prompts.ipynb #63074ed1
@@ -81,7 +80,9 @@ def user_turn(screenshot=None,   # the screenshot (PIL image or PNG bytes), for 
     return {'role': 'user', 'content': parts}
 
 # %% ../nbs/03_prompts.ipynb #76a50676
-def _text(m): return m['content'] if isinstance(m['content'], str) else ''.join(p.get('text', '') for p in m['content'] if p.get('type') == 'text')
+def message_text(m:dict)->str:
+    "A chat message's text: its string content, or its text parts joined (images left out)"
+    return m['content'] if isinstance(m['content'], str) else ''.join(p.get('text', '') for p in m['content'] if p.get('type') == 'text')
 
 @dataclass
 class Conversation:

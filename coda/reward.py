@@ -6,7 +6,7 @@
 __all__ = ['log', 'POINT_KINDS', 'BARE_KINDS', 'text_similarity', 'point_score', 'iou', 'drag_score', 'action_reward']
 
 # %% ../nbs/13_reward.ipynb #d9ee0b21
-import logging, math
+import logging
 from typing import Sequence
 from .actions import Action
 log = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ def _discard_errored(store:RunStore, wanted:set)->int:
     return len(keys)
 
 async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, steps)
-                       make_env:Callable,        # () -> a new Env; called once per worker (and after a failed episode); one with `start(n)` (RayEnvFactory) starts its n first
+                       make_env:Callable,        # () -> a new Env, once per worker (and after a failed episode); `start(n)`, if it has one, starts n first
                        agent:Agent,              # the agent to run
                        store:RunStore,           # where episodes go
                        n:int=1,                  # samples per task
@@ -63,7 +63,7 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
     todo = [(t, s) for t in tasks for s in range(n) if not store.is_done(t.app, t.id, s)]
     n_workers = max(1, min(workers, len(todo) or 1))
     if todo and callable(start := getattr(make_env, 'start', None)):
-        await asyncio.to_thread(start, n_workers)     # environments built and answering before the first episode; a cluster too small is refused here, not hung on
+        await asyncio.to_thread(start, n_workers)     # environments answering before the first episode; a cluster too small is refused here
     total = len(tasks) * n
     bar = tqdm(total=total, initial=total - len(todo), desc='episodes', disable=not progress, dynamic_ncols=True)
     queue: asyncio.Queue = asyncio.Queue()
@@ -97,7 +97,8 @@ async def run_episodes(tasks:Sequence,           # Tasks (id, app, instruction, 
         "One attempt at an episode: (its result, the environment to reuse or None)"
         es = derive_seed(seed, task.app, task.id, sample)
         base = {'app': task.app, 'task': task.id, 'sample': sample, **({'attempt': attempt} if attempt else {})}
-        try: writer = await off_loop(store.start, task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps, 'worker': w, 'attempt': attempt,
+        try: writer = await off_loop(store.start, task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps, 'worker': w,
+                                                                              'attempt': attempt,
                                                                               **({'seed': es} if es is not None else {}), **ran_with})
         except Exception as e: return unrecorded(task, sample, {**base, 'steps': 0, 'answer': None}, 'its folder could not be written', e), env
         try:
@@ -415,7 +416,7 @@ def evaluate(tasks:Sequence,          # the task set
              retries:int=0,           # reruns of an episode that ended in an error
              seed:int|None=None,      # the run's seed (`run_episodes`): samples then depend on task and sample only, not on timing
              retry_errors:bool=False, # run again the episodes an earlier session finished in an error or a timeout
-             volatile:Sequence=('ray', 'planner_url', 'executor_url', 'tasks'), # settings a resume may change (a model served at another address is the same model; a run may take more tasks)
+             volatile:Sequence=('ray', 'planner_url', 'executor_url', 'tasks'), # settings a resume may change (a model served elsewhere, more tasks)
             )->dict: # {'records', 'table', 'markdown'}
     "Run n samples of every task into `run_dir` (resumably), then compute Average@1/@n and Pass@k per app"
     from coda.metrics import success_table, table_markdown

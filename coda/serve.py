@@ -8,7 +8,7 @@ __all__ = ['SAMPLING', 'SPEC_KEYS', 'load_object', 'Codec', 'load_codec', 'Codec
            'make_app', 'parse_model_arg', 'add_serve_local_args', 'run_serve_local', 'main', 'LocalServer']
 
 # %% ../nbs/04b_serve.ipynb #49fd145e
-import argparse, asyncio, base64, binascii, dataclasses, importlib, inspect, io, json, logging, os, shutil, socket, subprocess, sys, tempfile, time, uuid
+import argparse, asyncio, base64, binascii, dataclasses, importlib, inspect, io, json, logging, os, shutil, subprocess, sys, tempfile, time, uuid
 from http import HTTPStatus
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -192,7 +192,8 @@ def completion_body(model:str,    # the model name the request gave
     if not isinstance(reply.text, str): raise TypeError(f"the backend replied with {type(reply.text).__name__} text, not str")
     pt, ct = reply.prompt_tokens or 0, reply.completion_tokens or 0
     return {'id': f'chatcmpl-{uuid.uuid4().hex}', 'object': 'chat.completion', 'created': int(time.time()), 'model': model,
-            'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': reply.text}, 'logprobs': None, 'finish_reason': reply.finish_reason or 'stop'}],
+            'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': reply.text}, 'logprobs': None,
+                         'finish_reason': reply.finish_reason or 'stop'}],
             'usage': {'prompt_tokens': pt, 'completion_tokens': ct, 'total_tokens': pt + ct}}
 
 # %% ../nbs/04b_serve.ipynb #13e8cf63

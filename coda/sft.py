@@ -12,16 +12,12 @@ import hashlib, io, json, logging, time
 from pathlib import Path
 from typing import Sequence
 from PIL import Image
-from .store import RunStore, read_jsonl, ended_in_error
-from .judge import read_judgments
-from .grpo import replay, to_trl_prompt, freeze_vision_tower, first_process
+from .store import RunStore, judgments, ended_in_error
+from .records import replay, to_trl_prompt, image_parts
+from .launch import freeze_vision_tower, first_process
 log = logging.getLogger(__name__)
 
 # %% ../nbs/15_sft.ipynb #c6169909
-def _pngs(messages:list)->list:
-    "The image parts' PNG bytes, in order"
-    return [p['image'] for m in messages if isinstance(m['content'], list) for p in m['content'] if p.get('type') == 'image']
-
 def _lazy(messages:list)->list:
     "Messages whose PNG image parts are opened lazily (no decode) so `to_trl_prompt` only restructures them"
     return [{**m, 'content': [{**p, 'image': Image.open(io.BytesIO(p['image']))} if p.get('type') == 'image' else p for p in m['content']]}
@@ -47,37 +43,34 @@ def sft_examples(runs:Sequence,               # run folders (one per specialist)
     rows, seen, counts = [], set(), {}
     for run in runs:
         run, store = Path(run), RunStore(run)
-        js = read_judgments(run, judge_name)
+        js = judgments(run, judge_name)
         if not js: log.warning("%s has no judgments by %r", run, judge_name)
         for j in js:
-            app, task, sample = j['key']
+            app, task, sample = j.key
             if apps is not None and app not in apps: continue
             c = counts.setdefault(app, dict(episodes=0, clean=0, prefix=0, refused=0, steps=0, duplicates=0, rows=0, unreadable=0))
             c['episodes'] += 1
-            lab = j.get('labels') or {}
-            clean = bool(j.get('accepted')) and bool(lab.get('clean_success'))
+            clean = j.clean_success
             if clean: keep, source = None, 'clean'                       # None: every step with a reply
-            elif positive_prefixes and lab.get('positives'): keep, source = set(lab['positives']), 'prefix'
+            elif positive_prefixes and j.positives: keep, source = set(j.positives), 'prefix'
             else: continue
-            res = store.result(app, task, sample)
-            if res is None or ended_in_error(res):       # whatever an older judgment says: a broken episode teaches nothing
+            e = store.episode(app, task, sample)
+            if e is None or e.result is None or ended_in_error(e.result):       # whatever an older judgment says: a broken episode teaches nothing
                 c['refused'] += 1
                 continue
-            d = store.episode_dir(app, task, sample)
             try:
-                meta, steps = json.loads((d/'meta.json').read_text()), read_jsonl(d/'steps.jsonl')
                 made = []
-                for r in steps:
-                    i, reply = r.get('step'), (r.get('planner') or '').strip()
+                for r in e.steps:
+                    i, reply = r.number, (r.planner or '').strip()
                     if not reply or (keep is not None and i not in keep): continue
-                    pm = replay(d, i, language, window).planner_messages()
+                    pm = replay(e, i, language, window).planner_messages()
                     messages, _ = to_trl_prompt(_lazy(pm))
                     made.append(dict(messages=messages + [{'role': 'assistant', 'content': [{'type': 'text', 'text': reply}]}],
-                                     images=_pngs(pm), run=str(run), app=app, task=task, sample=int(sample), step=int(i), source=source,
-                                     key=dedup_key(meta.get('instruction', ''), (d/r['screenshot']).read_bytes(), reply)))
-            except (OSError, ValueError, KeyError, IndexError) as e:   # a broken or a11y-only episode: reported, the others go on
+                                     images=image_parts(pm), run=str(run), app=app, task=task, sample=int(sample), step=int(i), source=source,
+                                     key=dedup_key(e.meta.get('instruction', ''), e.png(r), reply)))
+            except (OSError, ValueError, KeyError, IndexError) as ex:   # a broken or a11y-only episode: reported, the others go on
                 c['unreadable'] += 1
-                log.warning("skipping %s: %s: %s", d, type(e).__name__, e)
+                log.warning("skipping %s: %s: %s", e.dir, type(ex).__name__, ex)
                 continue
             c['clean' if clean else 'prefix'] += 1
             for row in made:

@@ -10,14 +10,15 @@ __all__ = ['KNOWN_APPS', 'MAX_SEEDS', 'DEFAULT_STEPS', 'MIN_LEN', 'MAX_LEN', 'MA
            'add_generate_args', 'run_generate_command']
 
 # %% ../nbs/12_taskgen.ipynb #2317e281
-import ast, hashlib, json, re, unicodedata
+import hashlib, json, re, unicodedata
 from typing import Sequence
 from .actions import literal_eval
 from dataclasses import dataclass, field
 from pathlib import Path
 from .prompts import TASKGEN_PROMPT
 from .models import ModelError
-from .tasks import Task, check, validate, CheckError, CODA_APPS, load_tasks
+from .checks import check, validate, CheckError
+from .tasks import Task, CODA_APPS, load_tasks
 from .envs.scidesk import APPS as SCIDESK_APPS, app_class, oracle_actions
 
 # %% ../nbs/12_taskgen.ipynb #06debee9
@@ -61,8 +62,11 @@ def opening_screenshot(app:str)->object:
 
 # %% ../nbs/12_taskgen.ipynb #77be022f
 DEFAULT_STEPS = 10          # the step budget of a proposal that gives none
+
 MIN_LEN, MAX_LEN = 8, 300   # instruction length bounds, in characters
+
 MAX_REPLY = 200_000         # longest reply text read
+
 _FENCE = re.compile(r'```[a-zA-Z]*[ \t]*\n?(.*?)```', re.S)
 
 def _decode(s:str):
@@ -90,6 +94,7 @@ def read_json(text:str, max_starts:int=200):
         if _usable(v): return v
     return None
 
+# %% ../nbs/12_taskgen.ipynb #dd4a2635
 def _steps(v, max_steps):
     "(steps, clamped-from or None, error or None)"
     if v is None: return min(DEFAULT_STEPS, max_steps), None, None
@@ -138,7 +143,8 @@ def parse_tasks(text:str,            # the teacher's reply
     return recs, reasons
 
 # %% ../nbs/12_taskgen.ipynb #a33f42e6
-STOPWORDS = frozenset('a an the to of in on and then with for from by at as is it its this that be into using use app application please named called number value'.split())
+STOPWORDS = frozenset(('a an the to of in on and then with for from by at as is it its this that be into using use app application please named called '
+                       'number value').split())
 
 def normalise(s:str)->str:
     "Lower case, NFKC, possessive 's dropped, math operators kept as tokens, other punctuation to spaces (decimal points kept)"
@@ -194,6 +200,7 @@ def to_task(rec:dict, app:str|None=None)->Task:
 
 # %% ../nbs/12_taskgen.ipynb #c87a9879
 _NUM = r'-?\d+(?:\.\d+)?'
+
 _SUFFIX = r'(?:\s+in\s+(?:the\s+)?(?:algebra|astronomy|biochem|gis|grass\s+gis)(?:\s+(?:app|console|application))?)?\s*[.!]?'
 
 def _num(s):
@@ -231,6 +238,7 @@ def _gis_scale(m):
     return (['close', ['$', 'statusbar', 'scale'], v, 1],
             [['click', 'Status bar mode'], ['click', 'Map scale'], ['double', 'Map scale'], ['type', f'1:{v}\n'], ['done']])
 
+# %% ../nbs/12_taskgen.ipynb #1278d482
 @dataclass
 class Template:
     "An instruction pattern whose values map onto a check expression and the actions that satisfy it"
@@ -240,15 +248,19 @@ class Template:
     build: callable   # match -> (check expression, oracle steps)
 
 TEMPLATES = [
-    Template('Algebra', 'algebra-var', rf'(?:store|put)\s+(?P<num>{_NUM})\s+in(?:to)?\s+(?:a\s+|the\s+)?variable\s+(?:named\s+|called\s+)?(?P<var>[a-z]\w{{0,7}})', _algebra_var),
-    Template('Algebra', 'algebra-var', rf'(?:set|define|assign)\s+(?:the\s+)?variable\s+(?:named\s+)?(?P<var>[a-z]\w{{0,7}})\s+(?:to|as|=|equal\s+to)\s+(?P<num>{_NUM})', _algebra_var),
-    Template('Algebra', 'algebra-angle', r'(?:switch|set|change)\s+(?:the\s+)?angle\s+mode(?:\s+of\s+algebra)?\s+to\s+(?P<mode>degrees|radians)', _algebra_angle),
-    Template('Algebra', 'algebra-precision', r'(?:set\s+the\s+precision\s+to|make\s+the(?:\s+algebra)?\s+console\s+show)\s+(?P<n>\d{1,2})\s+decimal\s+places', _algebra_precision),
+    Template('Algebra', 'algebra-var', rf'(?:store|put)\s+(?P<num>{_NUM})\s+in(?:to)?\s+(?:a\s+|the\s+)?variable\s+'
+             rf'(?:named\s+|called\s+)?(?P<var>[a-z]\w{{0,7}})', _algebra_var),
+    Template('Algebra', 'algebra-var', rf'(?:set|define|assign)\s+(?:the\s+)?variable\s+(?:named\s+)?(?P<var>[a-z]\w{{0,7}})\s+'
+             rf'(?:to|as|=|equal\s+to)\s+(?P<num>{_NUM})', _algebra_var),
+    Template('Algebra', 'algebra-angle', r'(?:switch|set|change)\s+(?:the\s+)?angle\s+mode(?:\s+of\s+algebra)?\s+to\s+'
+             r'(?P<mode>degrees|radians)', _algebra_angle),
+    Template('Algebra', 'algebra-precision', r'(?:set\s+the\s+precision\s+to|make\s+the(?:\s+algebra)?\s+console\s+show)\s+'
+             r'(?P<n>\d{1,2})\s+decimal\s+places', _algebra_precision),
     Template('Astronomy', 'astronomy-magnitude', rf'set\s+the\s+limiting\s+magnitude\s+to\s+(?P<num>{_NUM})', _astro_mag),
     Template('Astronomy', 'astronomy-jd', rf'set\s+the\s+(?:simulation\s+)?time\s+to\s+(?:the\s+)?julian\s+date\s+(?P<num>{_NUM})', _astro_jd),
-    Template('Biochem', 'biochem-fetch', r'(?:fetch|open|load)\s+(?:the\s+)?(?:structure\s+|pdb\s+entry\s+)?(?P<pdb>\d[a-z0-9]{3})(?:\s+from\s+the\s+pdb)?', _biochem_fetch),
-    Template('GIS', 'gis-scale', r'set\s+the\s+map\s+scale(?:\s+of\s+the(?:\s+map)?\s+display)?\s+to\s+1\s*:\s*(?P<num>\d{1,3}(?:,\d{3})+|\d+)', _gis_scale),
-]
+    Template('Biochem', 'biochem-fetch', r'(?:fetch|open|load)\s+(?:the\s+)?(?:structure\s+|pdb\s+entry\s+)?(?P<pdb>\d[a-z0-9]{3})'
+             r'(?:\s+from\s+the\s+pdb)?', _biochem_fetch),
+    Template('GIS', 'gis-scale', r'set\s+the\s+map\s+scale(?:\s+of\s+the(?:\s+map)?\s+display)?\s+to\s+1\s*:\s*(?P<num>\d{1,3}(?:,\d{3})+|\d+)', _gis_scale)]
 
 def match_template(app:str, instruction:str)->tuple|None:
     "(template, check, oracle) for the first template matching the whole instruction, or None"

@@ -2,11 +2,10 @@
 counter environment; every way an episode ends; `coda eval` end to end; and runs killed with SIGKILL and resumed."""
 import asyncio, json, os, random, signal, subprocess, sys, time
 from pathlib import Path
-import pytest
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.models import OpenAIChat
-from coda.store import RunStore, read_jsonl, to_dataset, to_html
+from coda.store import RunStore, to_dataset, to_html
 
 HERE = Path(__file__).parent
 
@@ -16,7 +15,9 @@ def run_episode(policy, env=None, task=None, **cfg):
         async def go():
             p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
             try: return await Agent(p, e, AgentConfig(**cfg)).run(env, task, on_step=lambda r, png: steps.append((r, png)))
-            finally: await p.aclose(); await e.aclose()
+            finally:
+                await p.aclose()
+                await e.aclose()
         res = run_sync(go())
     return res, [r for r, _ in steps], srv, env, [png for _, png in steps]
 
@@ -84,7 +85,9 @@ def test_executor_on_a_server_without_continue_final_gets_a_fresh_turn_not_an_er
         async def go():
             p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
             try: return await Agent(p, e, AgentConfig()).run(CounterEnv(), Task()), e
-            finally: await p.aclose(); await e.aclose()
+            finally:
+                await p.aclose()
+                await e.aclose()
         res, ex = run_sync(go())
     assert (res['status'], res['stop'], res['score']) == ('done', 'ANS', 1.0) and ex.continue_final_supported is False
     sent = [b for b in srv.requests if b['model'] == 'executor']
@@ -114,13 +117,18 @@ def test_the_agent_runs_at_most_one_step_ahead_of_its_store():
     "an on_step that returns its write under way: the agent goes on, and awaits it before handing over the next step"
     disk, handed = [], []
     async def write(rec):
-        await asyncio.sleep(0.3); disk.append(rec['step'])
-    def on_step(rec, png): handed.append((rec['step'], list(disk), rec['store_s'])); return write(rec)
+        await asyncio.sleep(0.3)
+        disk.append(rec['step'])
+    def on_step(rec, png):
+        handed.append((rec['step'], list(disk), rec['store_s']))
+        return write(rec)
     with ScriptedServer(counting_policy(3)) as srv:
         async def go():
             p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
             try: return await Agent(p, e, AgentConfig()).run(CounterEnv(), Task(), on_step=on_step)
-            finally: await p.aclose(); await e.aclose()
+            finally:
+                await p.aclose()
+                await e.aclose()
         res = run_sync(go())
     assert res['score'] == 1.0 and disk == [0, 1, 2, 3]                                     # the last write too, before it returned
     assert [(k, d) for k, d, _ in handed] == [(0, []), (1, [0]), (2, [0, 1]), (3, [0, 1, 2])]
@@ -172,7 +180,7 @@ def test_eval_seed_reaches_every_request_and_repeats(tmp_path):
             assert p.returncode == 0, p.stderr[-3000:]
             seeds.append(sorted(b['seed'] for b in srv.requests))
     assert seeds[0] == seeds[1] and len(set(seeds[0])) == len(seeds[0]) >= 16   # 4 episodes x 4 steps x 2 models, each its own
-    assert {e['meta']['seed'] for e in RunStore(tmp_path/'run0').episodes()} == {e['meta']['seed'] for e in RunStore(tmp_path/'run1').episodes()}
+    assert {e.meta['seed'] for e in RunStore(tmp_path/'run0').episodes()} == {e.meta['seed'] for e in RunStore(tmp_path/'run1').episodes()}
     with ScriptedServer(counting_policy(3)) as srv:
         p = subprocess.run(eval_cmd(srv, tasks, tmp_path/'run2', 2), capture_output=True, text=True, env=env_with_fixtures(), timeout=300)
         assert p.returncode == 0 and srv.requests and all('seed' not in b for b in srv.requests)
@@ -187,7 +195,9 @@ def test_killed_runs_resume_to_exactly_one_result_each(tmp_path):
                                     env=env_with_fixtures(), start_new_session=True)
             time.sleep(rng.uniform(0.5, 3.0))
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL); proc.wait(); kills += 1
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
             else: break
             if kills >= 6: break
         assert kills >= 5, f'only {kills} kills landed before the run finished'
@@ -198,11 +208,11 @@ def test_killed_runs_resume_to_exactly_one_result_each(tmp_path):
     keys = sorted((r['app'], r['task'], r['sample']) for r in recs)
     assert keys == sorted(('Counter', f'C-{i:02d}', s) for i in range(6) for s in range(3))
     for e in store.episodes():
-        assert e['result'] is not None
-        steps = e['steps']
-        assert [s['step'] for s in steps] == list(range(e['result']['steps'])), e['dir']
-        assert all((e['dir']/s['screenshot']).exists() for s in steps)
-        assert e['result']['score'] == 1.0
+        assert e.result is not None
+        steps = e.steps
+        assert [s.number for s in steps] == list(range(e.result['steps'])), e.dir
+        assert all(e.screenshot(s) is not None for s in steps)
+        assert e.result['score'] == 1.0
     leftovers = [p for p in run.rglob('.*.tmp')]
     assert not leftovers or all(p.stat().st_size >= 0 for p in leftovers)
 

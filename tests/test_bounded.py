@@ -8,7 +8,8 @@ import pytest
 from coda.actions import Action
 from coda.envs.core import make_env
 from coda.envs.scidesk import scidesk_tasks, app_class, Canvas2D, text_width
-from coda.tasks import Task, TaskError, CheckError, check
+from coda.checks import CheckError, check
+from coda.tasks import Task, TaskError
 
 @contextmanager
 def within(seconds:float):
@@ -19,7 +20,8 @@ def within(seconds:float):
     t0 = time.perf_counter()
     try: yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
     assert time.perf_counter() - t0 < seconds, f'took {time.perf_counter() - t0:.2f} s'
 
 def _task(app): return scidesk_tasks([app])[0]
@@ -54,23 +56,24 @@ def test_algebra_calc_still_computes():
 
 def test_algebra_plots_are_capped():
     from coda.envs.algebra import MAX_PLOTS
-    a = app_class('Algebra')(render=False); a.reset()
+    a = app_class('Algebra')(render=False)
+    a.reset()
     for i in range(MAX_PLOTS + 5): a._add_plot(f'x + {i}')
     assert len(a.state['plots']) == MAX_PLOTS and 'at most' in a.ui['status']
 
 # ---- GIS's WHERE conditions
 def test_gis_not_chain_and_and_chain_do_not_recurse():
-    from coda.envs.gis import parse_where, where_match, where_filter
+    from coda.envs.gis_data import parse_where, where_match
     with within(0.5):
         t = parse_where('NOT ' * 900 + "name = 'a'", ['name'])
         assert where_match(t, {'name': 'a'}) and not where_match(t, {'name': 'b'})
         t = parse_where(' AND '.join(["name = 'a'"] * 250), ['name'])
         assert where_match(t, {'name': 'a'})
-    from coda.envs.gis import WhereError
+    from coda.envs.gis_data import WhereError
     with pytest.raises(WhereError, match='nested deeper'): parse_where('(' * 60 + "name = 'a'" + ')' * 60, ['name'])
 
 def test_gis_like_is_linear_and_right():
-    from coda.envs.gis import parse_where, where_match
+    from coda.envs.gis_data import parse_where, where_match
     t = parse_where("name LIKE '" + '%a' * 40 + "b'", ['name'])
     with within(0.2): assert not where_match(t, {'name': 'a' * 60})
     cases = [('c%', 'Cor', True), ('%o_', 'Cor', True), ('_', 'ab', False), ('a%b%c', 'aXbYc', True), ('a%a', 'a', False),
@@ -87,7 +90,7 @@ def test_biochem_huge_numbers_in_specs_are_command_errors():
     assert env.app.state['log'][-1][0] == 'error'
 
 def test_unicode_digits_do_not_reach_int():
-    from coda.envs.gis import parse_color
+    from coda.envs.gis_data import parse_color
     assert parse_color('²:1:1') is None and parse_color('9' * 5000 + ':1:1') is None and parse_color('1:2:3') == '1:2:3'
 
 # ---- rendering: linear in the text's length
@@ -178,8 +181,7 @@ BAD_INITS = [
     ('Astronomy', {'func': 'time', 'jd': 1e300}, "field 'jd'"),
     ('Astronomy', {'func': 'render', 'stars': 'yes'}, "field 'stars' must be true or false"),
     ('Astronomy', {'func': 'render', 'warp': True}, "unknown field 'warp'"),
-    ('Astronomy', {'func': 'settings', 'fov': 1e9}, "'fov' must be from"),
-]
+    ('Astronomy', {'func': 'settings', 'fov': 1e9}, "'fov' must be from")]
 
 @pytest.mark.parametrize('app, item, why', BAD_INITS, ids=[f"{a}-{i['func']}-{n}" for n, (a, i, _) in enumerate(BAD_INITS)])
 def test_bad_initialize_items_are_task_errors_naming_file_item_and_field(app, item, why):
@@ -193,7 +195,8 @@ def test_good_initialize_items_still_run():
     t = Task('X-02', 'Algebra', 'Do it.', source='X-02.json', initialize=[
         {'func': 'vars', 'k': 2, 'c': 1.5}, {'func': 'plot', 'expr': 'sqrt(x - 1)'}, {'func': 'settings', 'angle': 'degrees', 'precision': 3},
         {'func': 'view', 'xmin': -5, 'xmax': 5}, {'func': 'tab', 'name': '2D Graph'}, {'func': 'log', 'lines': ['a', 'b']}])
-    a = app_class('Algebra')(render=False); a.reset(t)
+    a = app_class('Algebra')(render=False)
+    a.reset(t)
     d = a.dump()
     assert d['vars'] == {'k': 2.0, 'c': 1.5} and d['plots'][0]['expr'] == 'sqrt(x - 1)' and d['settings']['angle'] == 'degrees'
     assert d['view']['xmin'] == -5.0 and d['tab'] == '2D Graph' and d['log'] == ['a', 'b']

@@ -2,8 +2,7 @@
 text (tests/fuzz.nasty_text plus each app's hostile expressions) and random clicks, keys, scrolls and drags; and the
 checker language on random expressions over random values. Seeded, bounded (about 30 s in all); the counts are
 printed at the end of the run. A step must never raise or take over a second; `check` raises only CheckError."""
-import itertools
-import pytest
+import itertools, pytest
 from fuzz import fuzz, nasty_text, rng
 from coda.actions import Action
 from coda.envs.core import make_env
@@ -22,8 +21,7 @@ HOSTILE = {   # the adversarial review's reproducers and their relatives, per ap
     'Biochem': ['select #' + '9' * 5000, 'select :1-' + '9' * 5000, 'turn y 1e308', 'zoom 1e-308', 'zoom 1e308', 'open ' + 'x' * 5000,
                 'color #1 ' + 'x' * 3000, 'select ' + '/A,' * 3000, 'label #1/' + 'A' * 2000, 'view ' + '#1 ' * 2000, 'lighting multishadow 1024',
                 'select ' + ' & '.join(['protein'] * 500), 'distance #1@CA #1@CA', ';' * 5000],
-    'Astronomy': ['1e308', '-1e308', '9' * 5000, 'nan', 'inf', '2000-01-01', '99999-99-99', '0000-00-00', '1e30 ly', ' ' * 1000, 'Earth' * 1000],
-}
+    'Astronomy': ['1e308', '-1e308', '9' * 5000, 'nan', 'inf', '2000-01-01', '99999-99-99', '0000-00-00', '1e30 ly', ' ' * 1000, 'Earth' * 1000]}
 KEYS = [('enter',), ('esc',), ('ctrl', 'a'), ('backspace',), ('delete',), ('ctrl', 's'), ('tab',), ('ctrl', 'z'), ('ctrl', 'l'), ('home',), ('end',),
         ('ctrl', '1'), ('ctrl', '2'), ('ctrl', '3'), ('ctrl', 'e'), ('ctrl', 'n'), ('up',), ('down',), ('pageup',)]
 
@@ -32,7 +30,8 @@ def random_step(obs, r, app)->list:
     els = [x for x in (obs.a11y or []) if x.bbox[2] > x.bbox[0]]
     def pt():
         if els and r.random() < 0.8:
-            e = r.choice(els); return (r.uniform(e.bbox[0], e.bbox[2] - 1), r.uniform(e.bbox[1], e.bbox[3] - 1))
+            e = r.choice(els)
+            return (r.uniform(e.bbox[0], e.bbox[2] - 1), r.uniform(e.bbox[1], e.bbox[3] - 1))
         return (r.uniform(-50, W + 50), r.uniform(-50, H + 50))
     fields = [x for x in els if x.role == 'text field']
     k = r.random()
@@ -40,7 +39,8 @@ def random_step(obs, r, app)->list:
         txt = r.choice(HOSTILE[app]) if r.random() < 0.5 else nasty_text(r, r.choice([20, 200, 2000]))
         acts = []
         if fields and r.random() < 0.8:
-            f = r.choice(fields); acts.append(Action('click', (f.bbox[0] + f.bbox[2]) / 2, (f.bbox[1] + f.bbox[3]) / 2))
+            f = r.choice(fields)
+            acts.append(Action('click', (f.bbox[0] + f.bbox[2]) / 2, (f.bbox[1] + f.bbox[3]) / 2))
             if r.random() < 0.5: acts.append(Action('hotkey', keys=('ctrl', 'a')))
         return acts + [Action('type', text=txt, enter=r.random() < 0.7)]
     if k < 0.7: return [Action(r.choice(['click', 'left_double', 'right_single']), *pt())]
@@ -73,7 +73,7 @@ def test_fuzz_app_steps(app):
     c.assert_clean()
 
 # ---- the checker language
-from coda.tasks import ARITY, CheckError, check, validate
+from coda.checks import ARITY, CheckError, check, validate
 
 def random_value(r, d=0):
     k = r.random()

@@ -8,7 +8,8 @@ import pytest
 from PIL import Image
 from fuzz import fuzz, nasty_text, rng
 import coda.judge
-from coda.judge import parse_verdict, Verdict, read_judgments, judge_labels, load_trajectory
+from coda.judge import parse_verdict, Verdict, judge_labels, load_trajectory
+from coda.store import read_judgments
 from coda.store import RunStore, to_dataset, to_html
 
 MAX_REPLY = getattr(coda.judge, 'MAX_REPLY', 200_000)
@@ -30,7 +31,9 @@ def mutate(r:random.Random, s:str)->str:
         k = r.random()
         if k < 0.35: s = s[:i] + r.choice(PIECES + [nasty_text(r, 20)]) + s[i:]
         elif k < 0.6: s = s[:i] + s[i + r.randint(1, 20):]
-        elif k < 0.8: j = r.randint(i, len(s)); s = s[:i] + s[i:j] * 2 + s[j:]
+        elif k < 0.8:
+            j = r.randint(i, len(s))
+            s = s[:i] + s[i:j] * 2 + s[j:]
         elif s: s = s[:i] + chr(r.randint(0, 0x2FFF)) + s[i + 1:]
     return s
 
@@ -83,7 +86,9 @@ def test_fuzz_parse_verdict_never_accepts_a_malformed_last_verdict():
 
 # ------------------------------------------------------------------ the run-folder readers under damage
 def png(c:int)->bytes:
-    b = io.BytesIO(); Image.new('RGB', (32, 20), (c, c, c)).save(b, 'PNG'); return b.getvalue()
+    b = io.BytesIO()
+    Image.new('RGB', (32, 20), (c, c, c)).save(b, 'PNG')
+    return b.getvalue()
 
 @pytest.fixture(scope='module')
 def small_run(tmp_path_factory):
@@ -98,11 +103,15 @@ def small_run(tmp_path_factory):
             w.add_step({'step': i, 'thought': f'Thought: {i} \ud83d\ude00', 'planner': 'p', 'executor': 'click(start_box="(1,2)")',
                         'actions': [{'kind': 'click', 'x': 10.0 * i, 'y': 5.0}, {'kind': 'drag', 'x': 1, 'y': 2, 'x2': 3, 'y2': 4}],
                         'kind': 'act', 'planner_s': 0.1}, png(40 * i))
-        if res is None: w.abandon(); continue
-        w.add_final(png(200)); w.finish(dict(res, steps=3, seconds=1.5))
+        if res is None:
+            w.abandon()
+            continue
+        w.add_final(png(200))
+        w.finish(dict(res, steps=3, seconds=1.5))
     for name in ('checker', 'j'):
         for task, res in outcomes[:3]:
-            p = root/'judgments'/name/'Algebra'/task.replace(' ', '%20')/'0.json'; p.parent.mkdir(parents=True, exist_ok=True)
+            p = root/'judgments'/name/'Algebra'/task.replace(' ', '%20')/'0.json'
+            p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(dict(key=['Algebra', task, 0], judge=name, accepted=True, label=1, votes=[],
                                          labels=dict(positives=[0, 1, 2], negative=None, clean_success=True), n_steps=3)))
     return root
@@ -121,9 +130,12 @@ def damage(r:random.Random, root:Path):
         dirs = sorted(p for p in root.rglob('*') if p.is_dir())
         k = r.random()
         if k < 0.25 and files:                                          # truncate
-            p = r.choice(files); b = p.read_bytes(); p.write_bytes(b[:r.randint(0, len(b))])
+            p = r.choice(files)
+            b = p.read_bytes()
+            p.write_bytes(b[:r.randint(0, len(b))])
         elif k < 0.45 and files:                                        # garble some bytes
-            p = r.choice(files); b = bytearray(p.read_bytes())
+            p = r.choice(files)
+            b = bytearray(p.read_bytes())
             for _ in range(r.randint(1, 8)):
                 if b: b[r.randrange(len(b))] = r.choice(b'\n{}[]":,\\\xff\x00 0aZ')
             p.write_bytes(bytes(b))
@@ -131,34 +143,49 @@ def damage(r:random.Random, root:Path):
         elif k < 0.7 and files: r.choice(files).unlink()                      # a deleted file
         elif k < 0.78 and dirs: shutil.rmtree(r.choice(dirs))                 # a deleted folder
         elif k < 0.86 and dirs:                                                # a file where a folder belongs, an empty folder
-            d = r.choice(dirs); (d/'stray').write_bytes(b'x'); (d/'empty').mkdir(exist_ok=True)
+            d = r.choice(dirs)
+            (d/'stray').write_bytes(b'x')
+            (d/'empty').mkdir(exist_ok=True)
         elif k < 0.93 and files:                                               # text with lone surrogates, as a model writes
-            p = r.choice(files); p.write_bytes(p.read_bytes() + nasty_text(r, 60).encode('utf-8', 'surrogatepass'))
+            p = r.choice(files)
+            p.write_bytes(p.read_bytes() + nasty_text(r, 60).encode('utf-8', 'surrogatepass'))
         elif files:                                                            # a line torn in the middle of a steps file
             steps = [p for p in files if p.name == 'steps.jsonl'] or files
-            p = r.choice(steps); lines = p.read_bytes().split(b'\n')
-            i = r.randrange(len(lines)); lines[i] = lines[i][:r.randint(0, len(lines[i]))]; p.write_bytes(b'\n'.join(lines))
+            p = r.choice(steps)
+            lines = p.read_bytes().split(b'\n')
+            i = r.randrange(len(lines))
+            lines[i] = lines[i][:r.randint(0, len(lines[i]))]
+            p.write_bytes(b'\n'.join(lines))
 
 def read_everything(root:Path):
     "Every reader of a run folder"
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         st = RunStore(root)
-        recs = st.records(); eps = list(st.episodes()); st.errored(); st.config
+        recs = st.records()
+        eps = list(st.episodes())
+        st.errored()
+        st.config
         for e in eps:
-            st.is_done(e['meta']['app'], e['meta']['task'], e['meta']['sample'])
-            if e['result'] is not None: load_trajectory(e['dir'])
-        assert all(e['result'] is None or isinstance(e['result'], dict) for e in eps)
-        assert len(recs) == sum(e['result'] is not None for e in eps)
-        to_dataset(st, finished_only=False); to_html(st)
-        read_judgments(root, 'j'); read_judgments(root, 'checker'); judge_labels(root, 'j')
+            st.is_done(e.meta['app'], e.meta['task'], e.meta['sample'])
+            if e.result is not None: load_trajectory(e.dir)
+        assert all(e.result is None or isinstance(e.result, dict) for e in eps)
+        assert len(recs) == sum(e.result is not None for e in eps)
+        to_dataset(st, finished_only=False)
+        to_html(st)
+        read_judgments(root, 'j')
+        read_judgments(root, 'checker')
+        judge_labels(root, 'j')
 
 def test_fuzz_store_readers_under_damage(small_run, tmp_path):
     read_everything(small_run)                                    # warm up (datasets import) on the intact run
     r = rng(2)
     def inputs():
         for i in range(200):
-            d = tmp_path/f'r{i}'; shutil.copytree(small_run, d); damage(r, d); yield d
+            d = tmp_path/f'r{i}'
+            shutil.copytree(small_run, d)
+            damage(r, d)
+            yield d
     c = fuzz('store readers (damaged run folders)', inputs(), read_everything, limit_s=2.0)
     assert c.inputs == 200
     c.assert_clean()

@@ -6,23 +6,23 @@ log-probs each has alone; a planner codec (copy slots) encodes the prompts and d
 `coda train grpo` trains, checkpoints and resumes."""
 import argparse, hashlib, json, os, re, socket, subprocess, sys, time
 from pathlib import Path
-import pytest
-import torch
+import pytest, torch
 from agent_fixtures import ScriptedServer
 from coda.actions import parse_action
 from coda.envs.scidesk import SciDesk, scidesk_tasks
-from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recording_trainer, reference_loss, replay, load_planner,
+from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recording_trainer, reference_loss, load_planner,
                        encode_grpo_dataset, add_grpo_args, run_grpo_command)
-from coda.judge import judgment_path
+from coda.records import replay
 from coda.models import OpenAIChat, build_tiny_qwen25vl
 from coda.prompts import split_planner
-from coda.store import EpisodeWriter, atomic_write
+from coda.store import EpisodeWriter, atomic_write, judgment_path, read_episode
 
 os.environ.setdefault('TRL_EXPERIMENTAL_SILENCE', '1')
 
 def write_episode(root, task, replies, sample=0):
     "An episode folder as the agent writes one: one step per (planner reply, executor reply) pair on scidesk"
-    env = SciDesk(); obs = env.reset(task)
+    env = SciDesk()
+    obs = env.reset(task)
     w = EpisodeWriter(Path(root)/'episodes'/task.app/task.id/str(sample), {'app': task.app, 'task': task.id, 'sample': sample,
                                                                          'instruction': task.instruction, 'steps': task.steps})
     for i, (pl, ex) in enumerate(replies):
@@ -30,8 +30,10 @@ def write_episode(root, task, replies, sample=0):
         acts = parse_action(ex, frame=(1288, 812), screen=(1280, 800)) if ex else parse_action(pa)
         w.add_step(dict(step=i, planner=pl, thought=th, planner_action=pa, executor=ex, kind='act', actions=[a.to_dict() for a in acts]), obs.png())
         obs = env.step(acts)
-    w.add_final(obs.png()); w.finish({'app': task.app, 'task': task.id, 'sample': sample, 'status': 'done', 'score': env.evaluate(), 'steps': len(replies)})
-    p = judgment_path(root, 'j', (task.app, task.id, sample)); p.parent.mkdir(parents=True, exist_ok=True)
+    w.add_final(obs.png())
+    w.finish({'app': task.app, 'task': task.id, 'sample': sample, 'status': 'done', 'score': env.evaluate(), 'steps': len(replies)})
+    p = judgment_path(root, 'j', (task.app, task.id, sample))
+    p.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(p, json.dumps({'key': [task.app, task.id, sample], 'accepted': True, 'label': 1,
                                  'labels': {'positives': list(range(len(replies))), 'negative': None, 'clean_success': True}}).encode())
 
@@ -65,7 +67,7 @@ def test_dataset_and_replayed_prompt(run):
     ds = build_grpo_dataset(run, 'j')
     assert len(ds) == 2 and [len(x) for x in ds['images']] == [1, 2]
     assert json.loads(ds[1]['gold'])[0] == {'kind': 'type', 'text': '17*23+4', 'enter': True}
-    pm = replay(ds[1]['episode'], 1).planner_messages()
+    pm = replay(read_episode(ds[1]['episode']), 1).planner_messages()
     assert [m['role'] for m in pm] == ['system', 'user', 'assistant', 'user']
     assert pm[2]['content'][0]['text'].endswith("click(start_box='<|box_start|>(458,758)<|box_end|>')")
 

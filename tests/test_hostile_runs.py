@@ -8,6 +8,7 @@ import pytest
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.models import OpenAIChat
+from coda.rollout import run_episodes
 from coda.store import RunStore, read_jsonl
 
 HERE = Path(__file__).parent
@@ -22,17 +23,22 @@ def hold_the_gil(seconds):
 class StuckEnv(CounterEnv):
     "The counter app; a task whose id starts with S holds the GIL in C for `hold` s at its second step. `pids`: a file each instance adds its pid to"
     def __init__(self, hold=25, pids=None, **kw):
-        super().__init__(**kw); self.hold = hold
+        super().__init__(**kw)
+        self.hold = hold
         if pids:
             with open(pids, 'a') as f: f.write(f'{os.getpid()}\n')
-    def reset(self, task): self.tid = task.id; return super().reset(task)
+    def reset(self, task):
+        self.tid = task.id
+        return super().reset(task)
     def step(self, actions):
         if self.tid.startswith('S') and self.steps >= 1: hold_the_gil(self.hold)
         return super().step(actions)
 
 class FlagCounter(CounterEnv):
     "The counter app, crashing at every step while the file `flag` exists"
-    def __init__(self, flag, **kw): super().__init__(**kw); self.flag = Path(flag)
+    def __init__(self, flag, **kw):
+        super().__init__(**kw)
+        self.flag = Path(flag)
     def step(self, actions):
         if self.flag.exists(): raise RuntimeError('the app crashed')
         return super().step(actions)
@@ -46,10 +52,11 @@ def run_local(tasks, make_env, root, store=RunStore, n=1, workers=2, **kw):
         async def go():
             p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
             try: return await run_episodes(tasks, make_env, Agent(p, e, AgentConfig()), store(root, {}), n=n, workers=workers, progress=False, **kw)
-            finally: await p.aclose(); await e.aclose()
+            finally:
+                await p.aclose()
+                await e.aclose()
         return run_sync(go())
 
-from coda.rollout import run_episodes
 
 # ---------------------------------------------------------------- run_episodes
 
@@ -57,7 +64,10 @@ def test_a_step_holding_the_gil_is_killed_at_the_episode_timeout(tmp_path):
     "in a thread it froze the event loop, so the timeout never fired; in a worker process it is killed and the steps so far stay on disk"
     from coda.rollout import ProcessEnvFactory
     fac, pids = ProcessEnvFactory(partial(StuckEnv, hold=45)), []
-    def make(): e = fac(); pids.append(e.pid()); return e
+    def make():
+        e = fac()
+        pids.append(e.pid())
+        return e
     t0 = time.time()
     res = run_local([Task('S-01'), Task('C-01')], make, tmp_path/'run', workers=2, episode_timeout=4)
     took = time.time() - t0
@@ -73,7 +83,9 @@ def test_a_worker_made_in_a_thread_outlives_that_thread(tmp_path):
     import threading
     from coda.rollout import ProcessEnv
     made = []
-    th = threading.Thread(target=lambda: made.append(ProcessEnv(partial(CounterEnv)))); th.start(); th.join()
+    th = threading.Thread(target=lambda: made.append(ProcessEnv(partial(CounterEnv))))
+    th.start()
+    th.join()
     time.sleep(0.5)
     try: assert made[0].reset(Task()).a11y[0].name == 'count = 0'
     finally: made[0].close()
@@ -111,7 +123,8 @@ def test_a_failing_write_costs_only_its_episode_and_says_so(tmp_path, caplog):
     assert any('C-01' in r.getMessage() and 'No space left' in r.getMessage() for r in caplog.records)
 
 def test_errored_episodes_run_again_only_when_asked(tmp_path):
-    flag = tmp_path/'crash'; flag.touch()
+    flag = tmp_path/'crash'
+    flag.touch()
     tasks = [Task('C-01'), Task('C-02')]
     assert [r['status'] for r in run_local(tasks, partial(FlagCounter, flag), tmp_path/'run')] == ['error'] * 2
     flag.unlink()
@@ -124,7 +137,7 @@ def test_every_episode_records_the_models_and_settings_it_ran_with(tmp_path):
     from coda.rollout import evaluate
     with ScriptedServer(counting_policy(3)) as srv:
         evaluate([Task('C-01')], CounterEnv, OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor'), tmp_path/'run', n=2, progress=False)
-    metas = [e['meta'] for e in RunStore(tmp_path/'run').episodes()]
+    metas = [e.meta for e in RunStore(tmp_path/'run').episodes()]
     assert len(metas) == 2 and all(m['planner'] == f'planner@{srv.url}' and m['executor'] == f'executor@{srv.url}' for m in metas)
     assert all(m['settings']['n'] == 2 and m['settings']['agent']['coords'] == 'absolute' for m in metas)
 
@@ -160,7 +173,9 @@ def test_eval_kills_a_step_stuck_holding_the_gil(tmp_path):
 
 def test_eval_checks_endpoints_and_environment_before_starting(tmp_path):
     tasks = write_tasks(tmp_path/'tasks.jsonl', ['C-00'])
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); dead = f'http://127.0.0.1:{s.getsockname()[1]}/v1'
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        dead = f'http://127.0.0.1:{s.getsockname()[1]}/v1'
     p = coda(*eval_args(dead, tasks, tmp_path/'dead', '--env', 'agent_fixtures:CounterEnv'))
     line = one_line(p)
     assert p.returncode == 2 and 'planner endpoint' in line and 'nothing answers' in line and dead in line
@@ -193,7 +208,7 @@ def test_eval_exits_non_zero_when_every_episode_errored_and_reruns_them_when_ask
         assert p.returncode == 2 and "planner: 'planner' then, 'planner2' now" in line, line
         p = coda(*args, '--n', 2, '--fresh')
         assert p.returncode == 0 and len(RunStore(run).records()) == 4, p.stderr[-3000:]
-        metas = [e['meta'] for e in RunStore(run).episodes()]
+        metas = [e.meta for e in RunStore(run).episodes()]
         assert all(m['planner'] == f'planner@{srv.url}' and m['settings']['n'] == 2 and m['settings']['env_opts'] == {'flag': str(flag)} for m in metas)
     with ScriptedServer(counting_policy(3), models=['planner', 'executor']) as moved:   # the same models served elsewhere: the same run
         p = coda(*eval_args(moved.url, tasks, run, '--env', 'test_hostile_runs:FlagCounter', '--env-opt', f'flag={flag}', '--n', 2))
@@ -210,11 +225,13 @@ def test_ctrl_c_kills_the_stuck_step_and_says_how_to_resume(tmp_path):
         steps, end = run/'episodes'/'Counter'/'S-00'/'0'/'steps.jsonl', time.time() + 40
         while not (steps.exists() and steps.read_text().count('\n') >= 1) and time.time() < end and proc.poll() is None: time.sleep(0.1)
         time.sleep(0.5)                                                    # now the second step holds the GIL in its worker
-        proc.send_signal(signal.SIGINT); t0 = time.time()
+        proc.send_signal(signal.SIGINT)
+        t0 = time.time()
         lines = steps.read_text().count('\n') if steps.exists() else 0   # what was on disk when Ctrl-C came (for the message below)
         try: out, err = proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
-            proc.kill(); out, err = proc.communicate()
+            proc.kill()
+            out, err = proc.communicate()
             pytest.fail(f'coda eval did not stop on Ctrl-C while a step was stuck ({lines} step lines on disk at the Ctrl-C, '
                         f'sent {t0 - (end - 40):.1f} s after the start); its stderr: {err[-2000:]}')
     assert proc.returncode == 130 and 'Traceback' not in err, err[-3000:]
@@ -223,7 +240,8 @@ def test_ctrl_c_kills_the_stuck_step_and_says_how_to_resume(tmp_path):
     assert [p for p in map(int, pids.read_text().split()) if alive(p)] == [], 'an environment worker outlived Ctrl-C'
 
 def test_mistakes_are_one_line_with_exit_code_2_and_debug_shows_the_traceback(tmp_path):
-    bad = tmp_path/'bad.jsonl'; bad.write_text('{"type": "Counter", "id": "C-00", \n')
+    bad = tmp_path/'bad.jsonl'
+    bad.write_text('{"type": "Counter", "id": "C-00", \n')
     p = coda('eval', '--tasks', bad, '--env', 'scidesk')
     assert p.returncode == 2 and 'bad.jsonl' in one_line(p)
     p = coda('--debug', 'eval', '--tasks', bad, '--env', 'scidesk')
@@ -235,7 +253,9 @@ def test_mistakes_are_one_line_with_exit_code_2_and_debug_shows_the_traceback(tm
         assert p.returncode == 2 and 'is not allowed; allowed: ' in one_line(p), env
     p = coda('eval', '--tasks', bad, '--env', 'scidesk', '--workers', 0, timeout=30)
     assert p.returncode == 2 and 'must be an integer >= 1' in p.stderr
-    empty = tmp_path/'not-a-run'; empty.mkdir(); (empty/'notes.txt').write_text('mine')
+    empty = tmp_path/'not-a-run'
+    empty.mkdir()
+    (empty/'notes.txt').write_text('mine')
     for cmd in ('view', 'judge'):
         p = coda(cmd, empty)
         assert p.returncode == 2 and 'not a run folder' in one_line(p)
@@ -256,4 +276,4 @@ def test_eval_runs_scidesk_in_worker_processes_by_default(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     recs = RunStore(tmp_path/'run').records()
     assert [(r['task'], r['score']) for r in recs] == [('A-01', 1.0)] * 2
-    assert all(e['meta']['settings']['env'] == 'scidesk' and (e['dir']/'step_000.png').exists() for e in RunStore(tmp_path/'run').episodes())
+    assert all(e.meta['settings']['env'] == 'scidesk' and (e.dir/'step_000.png').exists() for e in RunStore(tmp_path/'run').episodes())

@@ -2,15 +2,15 @@
 resolution schedule as a server sees them, ensembles, step labels, ARB precision/recall on a stored scidesk run with
 parse failures and empty replies, `coda judge` killed and resumed, and a run judged by a tiny Qwen2.5-VL served by
 `transformers serve`."""
-import base64, io, json, os, re, signal, subprocess, sys, time
+import base64, io, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 from PIL import Image
 from agent_fixtures import ScriptedServer
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
-from coda.judge import (Judge, Ensemble, JudgeConfig, Vote, Verdict, Labels, preset, parse_verdict, label_steps,
-                        load_trajectory, judge_run, judge_eval, judge_labels, read_judgments, judgment_path)
+from coda.judge import Judge, Ensemble, Labels, parse_verdict, label_steps, load_trajectory, judge_run, judge_eval, judge_labels
+from coda.store import read_judgments, judgment_path
 from coda.metrics import judge_prf
 from coda.models import OpenAIChat
 from coda.rollout import run_episodes
@@ -93,7 +93,9 @@ def test_resolution_schedule_low_first(run):
 def test_frame_limit_keeps_first_and_last(tmp_path, run):
     from coda.judge import Trajectory, judge_messages
     def png(c):
-        b = io.BytesIO(); Image.new('RGB', (64, 40), (c, c, c)).save(b, 'PNG'); return b.getvalue()
+        b = io.BytesIO()
+        Image.new('RGB', (64, 40), (c, c, c)).save(b, 'PNG')
+        return b.getvalue()
     t = Trajectory('x', [png(i * 20) for i in range(10)], [f'f{i}' for i in range(10)])
     parts = judge_messages(t, max_frames=5)[0]['content']
     caps = [p['text'].strip() for p in parts if p['type'] == 'text' and p['text'].strip().startswith('Frame')]
@@ -105,14 +107,18 @@ def test_ensemble_is_an_and(run):
         async def go(short):
             a, b = OpenAIChat(srv.url, 'tuned'), OpenAIChat(srv.url, 'base')
             try: return await Ensemble([Judge(a, 'single', name='tuned'), Judge(b, 'single', name='base')], short_circuit=short).judge(t)
-            finally: await a.aclose(); await b.aclose()
+            finally:
+                await a.aclose()
+                await b.aclose()
         d = run_sync(go(True))
         assert not d.accepted and [v['judge'] for v in d.votes] == ['tuned', 'base']
     with ScriptedServer(lambda b: T) as srv:
         async def go2():
             a, b = OpenAIChat(srv.url, 'tuned'), OpenAIChat(srv.url, 'base')
             try: return await Ensemble([Judge(a, 'coda', name='tuned'), Judge(b, 'single', name='base')]).judge(t)
-            finally: await a.aclose(); await b.aclose()
+            finally:
+                await a.aclose()
+                await b.aclose()
         d = run_sync(go2())
         assert d.accepted and len(d.votes) == 5
 
@@ -184,7 +190,8 @@ def test_huge_numbers_never_raise():
                   '<res_dict>{"Correctness": False, "Error_Type": 0x' + 'f' * 5000 + ', "First_Error_Step": "' + '9' * 5000 + '"}</res_dict>',
                   '<res_dict>{"Correctness": False, "Redundant": ' + '[' * 100000 + ']' * 100000 + '}</res_dict>']:
         v = parse_verdict(reply)
-        repr(v); json.dumps(v.__dict__)
+        repr(v)
+        json.dumps(v.__dict__)
         assert not v.correct and v.first_error is None
     v = parse_verdict('<res_dict>{"Correctness": False, "First_Error_Step": 0x' + 'f' * 5000 + ', "Redundant": [0x' + 'f' * 5000 + ', 2]}</res_dict>')
     assert v.parsed and v.redundant == [2]
@@ -198,7 +205,8 @@ def scripted_judge_policy(body):
 
 def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
     import shutil
-    r = tmp_path/'run'; shutil.copytree(run, r)
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
     with ScriptedServer(scripted_judge_policy) as srv:
         async def go():
             m = OpenAIChat(srv.url, 'judge', retries=0)
@@ -223,7 +231,8 @@ def test_errored_and_timed_out_episodes_are_not_judged(run, tmp_path):
     "A broken episode is never asked about, counted as errored, has no judgment on file (so no label can come from it) and is n/a for the judge's precision"
     import shutil
     from coda.judge import checker_judgments
-    r = tmp_path/'run'; shutil.copytree(run, r)
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
     store = RunStore(r)
     broken = {ANS_TASKS[0].id: dict(status='error', stop='ERROR', score=0.0), ANS_TASKS[2].id: dict(status='timeout', stop='TIMEOUT', score=0.0)}
     for tid, res in broken.items():
@@ -250,7 +259,8 @@ def test_errored_and_timed_out_episodes_are_not_judged(run, tmp_path):
 def test_judgment_with_lone_surrogates_is_filed(run, tmp_path):
     "A judge reply holding JSON-style surrogate escapes (a pair and a lone one) is filed, sanitised, instead of crashing the run"
     import shutil
-    r = tmp_path/'run'; shutil.copytree(run, r)
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
     reply = T.replace('"Error_Type": ""', '"Error_Type": "\\ud83d\\ude00 \\udc80"')
     with ScriptedServer(lambda body: reply) as srv:
         async def go():
@@ -295,7 +305,8 @@ def test_generated_task_without_checks_is_unscored_left_out_not_a_checker_judgme
 
 def test_unjudged_episodes_count_as_na(run, tmp_path):
     import shutil
-    r = tmp_path/'run'; shutil.copytree(run, r)
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
     y_true, y_pred = judge_labels(r, 'nobody')
     assert y_pred == [-1] * 6 and judge_prf(y_true, y_pred)['na'] == 6
 
@@ -307,13 +318,15 @@ def judge_cmd(url, model, r, *extra):
 
 def test_judge_command_killed_and_resumed(run, tmp_path):
     import shutil
-    r = tmp_path/'run'; shutil.copytree(run, r)
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
     with ScriptedServer(scripted_judge_policy, latency=0.4) as srv:
         proc = subprocess.Popen(judge_cmd(srv.url, 'judge', r, '--preset', 'single', '--workers', '1'),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         end = time.time() + 60
         while not list((r/'judgments').rglob('*.json')) and time.time() < end: time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         done = len(list((r/'judgments').rglob('*.json')))
         assert 1 <= done < 6, done
         p = subprocess.run(judge_cmd(srv.url, 'judge', r, '--preset', 'single'), capture_output=True, text=True, timeout=120)
@@ -326,14 +339,16 @@ def test_tiny_served_judge_killed_and_resumed(served, tiny, run, tmp_path):
     "A tiny random Qwen2.5-VL behind `transformers serve` judges the stored run, is killed once and resumed: its "
     "replies are noise, so every decision is a rejection (parsed or not), stored and scored, never a crash"
     import shutil
-    r = tmp_path/'run'; shutil.copytree(run, r)
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
     args = ('--preset', 'single', '--frames', '2', '--resolution', '224x140', '--max-tokens', '48')
     t0 = time.perf_counter()
     proc = subprocess.Popen(judge_cmd(served, str(tiny), r, *args, '--workers', '1'), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     end = time.time() + 300
     while not list((r/'judgments').rglob('*.json')) and time.time() < end and proc.poll() is None: time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
     done = len(list((r/'judgments').rglob('*.json')))
     assert 1 <= done < 6, done
     p = subprocess.run(judge_cmd(served, str(tiny), r, *args, '--workers', '2'), capture_output=True, text=True, timeout=600)
@@ -353,17 +368,20 @@ def test_arb_labels_and_a_trajectory_in_its_format(tmp_path):
         if os.environ.get('CI') == 'true': pytest.fail('make setup installs agent-reward-bench (--no-deps)')
         pytest.skip('agent-reward-bench is not installed')
     assert len(ann) == 1106 and int(ann.label.sum()) == 295                          # ARB's test split
-    dev = arb_annotations('dev'); assert len(dev) == 196 and dev.label.isna().sum() == 1
+    dev = arb_annotations('dev')
+    assert len(dev) == 196 and dev.label.isna().sum() == 1
     root = tmp_path/'arb'
     rows = [ann[ann.label == 1].iloc[0], ann[ann.label == 0].iloc[0]]
     for k, r in enumerate(rows):
-        shots = root/'screenshots'/r['benchmark']/r['model_name']/r['task_id']; shots.mkdir(parents=True)
+        shots = root/'screenshots'/r['benchmark']/r['model_name']/r['task_id']
+        shots.mkdir(parents=True)
         steps = []
         for i in range(3):
             Image.new('RGB', (320, 200), (40 * i, 80, 120)).save(shots/f'screenshot_step_{i}.png')
             steps.append({'num': i, 'reasoning': f'step {i} of {r["task_id"]}', 'action': f"click('a{i}')",
                           'screenshot_path': str((shots/f'screenshot_step_{i}.png').relative_to(root))})
-        p = arb_trajectory_path(root, r); p.parent.mkdir(parents=True)
+        p = arb_trajectory_path(root, r)
+        p.parent.mkdir(parents=True)
         p.write_text(json.dumps({'benchmark': r['benchmark'], 'agent': r['model_name'], 'goal': f'goal {k}', 'valid': True, 'steps': steps}))
     t = load_arb_trajectory(arb_trajectory_path(root, rows[0]), root)
     assert t.instruction == 'goal 0' and len(t.frames) == 3 and t.steps[1] == "step 1 of %s -> click('a1')" % rows[0]['task_id']

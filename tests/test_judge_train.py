@@ -3,18 +3,19 @@ AgentRewardBench's layout; a rank-8 LoRA judge on the tiny Qwen2.5-VL, merged, s
 coda.judge.Judge; `coda train judge` through argparse; and the same training under `accelerate launch` with two
 CPU processes."""
 from coda.models import free_port
-import argparse, io, json, os, socket, subprocess, sys, time
+import argparse, io, json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 from PIL import Image
 
 from coda.agent import run_sync
 from coda.envs.scidesk import scidesk_tasks
-from coda.judge import Judge, arb_annotations, checker_judgments, judgment_path, load_trajectory, parse_verdict, preset
+from coda.judge import Judge, arb_annotations, checker_judgments, load_trajectory, parse_verdict, preset
+from coda.store import judgment_path
 from coda.mini.tinyjudge import record_mixed, run_outcomes
 from coda.store import RunStore
-from coda.judge_train import (LORA_R, UNSCORED, add_judge_args, arb_sft_rows, balance_rows, checker_verdict, judge_sft_rows,
-                              run_judge_command, train_judge, verdict_text, write_arb_trajectory)
+from coda.judge_train import (LORA_R, UNSCORED, add_judge_args, arb_sft_rows, balance_rows, judge_sft_rows,
+                              run_judge_command, train_judge, write_arb_trajectory)
 
 
 def _png(color=(240, 240, 240)):

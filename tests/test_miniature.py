@@ -3,7 +3,8 @@ accessibility-tree executor, through the real agent loop and the trajectory stor
 labels become judgments the training stages read."""
 import time
 from coda.envs.scidesk import scidesk_tasks
-from coda.judge import read_judgments, judge_labels
+from coda.judge import judge_labels
+from coda.store import read_episode
 from coda.metrics import judge_prf
 from coda.mini.oracle import record_demonstrations, OraclePlanner
 from coda.judge import checker_judgments
@@ -34,8 +35,9 @@ def test_seed_demonstrations_bootstrap_a_planner_with_coda_train_sft(tiny, tmp_p
     from pathlib import Path
     from coda.models import LocalChat
     from coda.agent import run_sync
-    from coda.grpo import replay
-    record_demonstrations(scidesk_tasks(split='seed'), tmp_path/'demos'); checker_judgments(tmp_path/'demos')
+    from coda.records import replay
+    record_demonstrations(scidesk_tasks(split='seed'), tmp_path/'demos')
+    checker_judgments(tmp_path/'demos')
     exe = Path(sys.executable).parent/'coda'
     cmd = [str(exe)] if exe.exists() else [sys.executable, '-c', 'from coda.cli import main; main()']
     p = subprocess.run(cmd + ['train', 'sft', '--runs', str(tmp_path/'demos'), '--judge', 'checker', '--model', str(tiny),
@@ -43,5 +45,5 @@ def test_seed_demonstrations_bootstrap_a_planner_with_coda_train_sft(tiny, tmp_p
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path/'gen'/'merged'/'config.json').exists() and 'rows' in p.stdout
     ep = next((tmp_path/'demos'/'episodes').glob('*/*/0'))
-    r = run_sync(LocalChat(tmp_path/'gen'/'merged').chat(replay(ep, 0).planner_messages(), max_tokens=8))
+    r = run_sync(LocalChat(tmp_path/'gen'/'merged').chat(replay(read_episode(ep), 0).planner_messages(), max_tokens=8))
     assert isinstance(r.text, str) and r.completion_tokens <= 8

@@ -1,12 +1,11 @@
 """coda.sft: judged clean successes of two specialists' runs -> one SFT dataset; one LoRA step on image+text rows
 with the loss on the last planner reply only; adapter merge; the merged model answers through LocalChat."""
-import argparse, io, json
+import argparse, json
 from pathlib import Path
 import pytest
 from PIL import Image
 
-from coda.store import EpisodeWriter, RunStore, atomic_write
-from coda.judge import judgment_path
+from coda.store import EpisodeWriter, RunStore, atomic_write, judgment_path
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.actions import parse_action
 from coda.prompts import split_planner
@@ -23,7 +22,8 @@ BIO_OK = [("Thought: Open the File menu.\nAction: click(start_box='(20,12)')", "
 
 def _episode(run, task, replies, sample):
     "An episode folder as the agent writes one (cf. nbs/14_grpo's demo_episode), screenshots from scidesk"
-    env = SciDesk(); obs = env.reset(task)
+    env = SciDesk()
+    obs = env.reset(task)
     w = EpisodeWriter(RunStore(run).episode_dir(task.app, task.id, sample),
                       {'app': task.app, 'task': task.id, 'sample': sample, 'instruction': task.instruction, 'steps': task.steps})
     for i, (pl, ex) in enumerate(replies):
@@ -38,7 +38,8 @@ def _episode(run, task, replies, sample):
 def _judgment(run, key, n_steps, clean, positives=(), negative=None, name='coda'):
     labels = dict(positives=list(range(n_steps)) if clean else list(positives), negative=negative, clean_success=clean)
     rec = dict(key=list(key), judge=name, accepted=clean, label=int(clean), votes=[], verdict=None, labels=labels, n_steps=n_steps, score=None, status='done')
-    p = judgment_path(run, name, key); p.parent.mkdir(parents=True, exist_ok=True)
+    p = judgment_path(run, name, key)
+    p.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(p, json.dumps(rec).encode())
 
 
@@ -105,7 +106,7 @@ def test_lora_step_last_reply_loss_merge_localchat(runs, tiny, tmp_path):
     from safetensors.torch import load_file
     from coda.models import LocalChat, QWEN25VL_CHAT_TEMPLATE
     from coda.agent import run_sync
-    from coda.grpo import replay
+    from coda.records import replay
     alg, bio = runs
     ds, _ = build_sft_dataset([alg, bio], 'coda')
     i = next(k for k, r in enumerate(ds.select_columns(['app', 'step'])) if r['app'] == 'Algebra' and r['step'] == 2)
@@ -137,7 +138,7 @@ def test_lora_step_last_reply_loss_merge_localchat(runs, tiny, tmp_path):
     assert changed == {f'model.layers.{l}.self_attn.{m}.weight' for l in range(2) for m in ('q_proj', 'k_proj', 'v_proj', 'o_proj')}
 
     # the merged model answers a planner prompt with screenshots through LocalChat (random weights: any text)
-    reply = run_sync(LocalChat(merged).chat(replay(RunStore(alg).episode_dir('Algebra', 'A-01', 0), 1).planner_messages(), max_tokens=8))
+    reply = run_sync(LocalChat(merged).chat(replay(RunStore(alg).episode('Algebra', 'A-01', 0), 1).planner_messages(), max_tokens=8))
     assert reply.prompt_tokens > 64 and reply.completion_tokens > 0
 
 

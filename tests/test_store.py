@@ -9,7 +9,7 @@ from coda.agent import Agent, AgentConfig, run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.models import OpenAIChat
 from coda.rollout import run_episodes
-from coda.store import RunStore, EpisodeWriter, read_jsonl, to_dataset, to_html
+from coda.store import RunStore, read_jsonl, to_dataset, to_html
 
 DONE = dict(status='done', stop='ANS', score=1.0, steps=1)
 
@@ -47,13 +47,17 @@ def test_safe_ids_keep_their_folders(tmp_path):
 
 def test_dot_dot_ids_stay_inside_the_run(tmp_path):
     "A task with type '..' and id '..' wrote outside the run and deleted a folder there"
-    outside = tmp_path/'0'; outside.mkdir(); (outside/'keep.txt').write_text('precious')
+    outside = tmp_path/'0'
+    outside.mkdir()
+    (outside/'keep.txt').write_text('precious')
     outside_run = lambda: {q for q in files_under(tmp_path) if q != tmp_path/'run' and tmp_path/'run' not in q.parents}
     before = outside_run()
     st = RunStore(tmp_path/'run', {})
     keys = [('..', '..'), ('.', '.'), ('../..', '../../x'), ('', '')]
     for app, task in keys:
-        w = st.start(app, task, 0); w.add_step({'step': 0}); w.abandon()
+        w = st.start(app, task, 0)
+        w.add_step({'step': 0})
+        w.abandon()
         st.start(app, task, 0).finish(DONE)                                     # the restart wipes its own folder only
     assert (outside/'keep.txt').read_text() == 'precious' and outside_run() == before
     assert sorted((r['app'], r['task']) for r in st.records()) == sorted(keys)
@@ -61,7 +65,8 @@ def test_dot_dot_ids_stay_inside_the_run(tmp_path):
     assert (outside/'keep.txt').read_text() == 'precious' and outside_run() == before and st.records() == []
 
 def test_a_symlink_out_of_the_run_is_refused(tmp_path):
-    outside = tmp_path/'elsewhere'; outside.mkdir()
+    outside = tmp_path/'elsewhere'
+    outside.mkdir()
     st = RunStore(tmp_path/'run', {})
     os.symlink(outside, tmp_path/'run'/'episodes'/'Algebra')
     with pytest.raises(ValueError, match='outside the run folder'): st.start('Algebra', 'A-01', 0)
@@ -91,7 +96,7 @@ def test_torn_line_in_the_middle_costs_only_its_episode(tmp_path):
     recs, msgs = caught(st.records)
     assert [r['task'] for r in recs] == ['A-01'] and any(str(bad/'steps.jsonl') in m for m in msgs)
     eps, _ = caught(lambda: list(st.episodes()))
-    assert [(e['meta']['task'], e['result'] is None, len(e['steps'])) for e in eps] == [('A-01', False, 1), ('A-02', True, 2)]
+    assert [(e.meta['task'], e.result is None, len(e.steps)) for e in eps] == [('A-01', False, 1), ('A-02', True, 2)]
     assert caught(lambda: st.is_done('Algebra', 'A-02', 0))[0] is False and st.is_done('Algebra', 'A-01', 0)
     ds, _ = caught(lambda: to_dataset(st, finished_only=False))
     assert sorted(ds['task']) == ['A-01', 'A-02', 'A-02']
@@ -102,7 +107,8 @@ def test_torn_line_in_the_middle_costs_only_its_episode(tmp_path):
 def test_truncated_meta_is_named_skipped_and_run_again(tmp_path):
     "A truncated meta.json crashed every resume without naming the file"
     st = RunStore(tmp_path/'run', {})
-    finished(st, 'Algebra', 'A-01'); d = finished(st, 'Algebra', 'A-02')
+    finished(st, 'Algebra', 'A-01')
+    d = finished(st, 'Algebra', 'A-02')
     (d/'meta.json').write_text('{"app": "Alg')
     recs, msgs = caught(RunStore(tmp_path/'run').records)
     assert [r['task'] for r in recs] == ['A-01'] and any(str(d/'meta.json') in m for m in msgs)
@@ -130,14 +136,17 @@ def test_finished_episode_with_missing_steps_counts_as_unfinished(tmp_path):
 def test_unfinished_episode_with_a_torn_last_line_is_quiet(tmp_path):
     "A kill in the middle of a write tears the last line: normal, ignored without a warning"
     st = RunStore(tmp_path/'run', {})
-    w = st.start('Algebra', 'A-01', 0); w.add_step({'step': 0}); w.abandon()
+    w = st.start('Algebra', 'A-01', 0)
+    w.add_step({'step': 0})
+    w.abandon()
     with open(st.episode_dir('Algebra', 'A-01', 0)/'steps.jsonl', 'a') as f: f.write('{"step": 1, "th')
     eps, msgs = caught(lambda: list(st.episodes()))
-    assert len(eps) == 1 and len(eps[0]['steps']) == 1 and msgs == []
+    assert len(eps) == 1 and len(eps[0].steps) == 1 and msgs == []
 
 def test_hostile_screenshot_names_are_not_followed(tmp_path):
     "A step record naming a screenshot outside its episode folder gives no image"
-    secret = tmp_path/'secret.png'; secret.write_bytes(b'\x89PNG secret')
+    secret = tmp_path/'secret.png'
+    secret.write_bytes(b'\x89PNG secret')
     st = RunStore(tmp_path/'run', {})
     finished(st, 'Algebra', 'A-01', step={'step': 0, 'screenshot': str(secret)})
     d = st.episode_dir('Algebra', 'A-01', 0)
@@ -155,8 +164,8 @@ def test_lone_surrogates_are_written(tmp_path):
     w.add_step({'step': 0, 'planner': "type(content='\ud83d\ude00')", 'actions': [{'kind': 'type', 'text': '\ud83d\ude00\udc80'}]})
     w.finish(dict(DONE, answer='\udc80'))
     e = next(st.episodes())
-    assert e['steps'][0]['actions'][0]['text'] == '\U0001F600\ufffd' and e['meta']['instruction'] == 'say \ufffd'
-    assert e['result']['answer'] == '\ufffd' and st.is_done('Algebra', 'A-01', 0)
+    assert e.steps[0].actions[0]['text'] == '\U0001F600\ufffd' and e.meta['instruction'] == 'say \ufffd'
+    assert e.result['answer'] == '\ufffd' and st.is_done('Algebra', 'A-01', 0)
 
 # ------------------------------------------------------------------ resuming
 def test_resume_with_other_settings_is_refused(tmp_path):
@@ -183,7 +192,8 @@ def test_discard_and_errored(tmp_path):
     finished(st, 'Algebra', 'A-01')
     finished(st, 'Algebra', 'A-02', result=dict(status='error', stop='ERROR', score=0.0))
     finished(st, 'Algebra', 'A 03', result=dict(status='timeout', stop='TIMEOUT', score=0.0))
-    w = st.start('Algebra', 'A-04', 0); w.abandon()                                       # unfinished: not an errored episode
+    w = st.start('Algebra', 'A-04', 0)
+    w.abandon()                                       # unfinished: not an errored episode
     assert sorted(st.errored()) == [('Algebra', 'A 03', 0), ('Algebra', 'A-02', 0)]
     assert st.discard('Algebra', 'A-02', 0) and not st.discard('Algebra', 'A-02', 0)
     assert not st.is_done('Algebra', 'A-02', 0) and st.errored() == [('Algebra', 'A 03', 0)]
@@ -217,7 +227,8 @@ def slow_fsync(monkeypatch, seconds=SLOW, fail=lambda path: False):
     real = os.fsync
     def fsync(fd):
         if fail(os.readlink(f'/proc/self/fd/{fd}')): raise OSError(5, 'Input/output error')
-        time.sleep(seconds); real(fd)
+        time.sleep(seconds)
+        real(fd)
     monkeypatch.setattr(os, 'fsync', fsync)
 
 def rollout(root, tasks, target=3, during=None):
@@ -226,10 +237,13 @@ def rollout(root, tasks, target=3, during=None):
         async def go():
             p, e = OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor')
             try:
-                run = asyncio.ensure_future(run_episodes(tasks, lambda: CounterEnv(target=target), Agent(p, e, AgentConfig()), RunStore(root, {}), workers=2, progress=False))
+                run = asyncio.ensure_future(run_episodes(tasks, lambda: CounterEnv(target=target), Agent(p, e, AgentConfig()), RunStore(root, {}),
+                                                         workers=2, progress=False))
                 side = await during(run) if during else None
                 return await run, side
-            finally: await p.aclose(); await e.aclose()
+            finally:
+                await p.aclose()
+                await e.aclose()
         return run_sync(go())
 
 async def longest_stall(run)->float:
@@ -237,7 +251,8 @@ async def longest_stall(run)->float:
     gap, t = 0.0, time.perf_counter()
     while not run.done():
         await asyncio.sleep(0.01)
-        now = time.perf_counter(); gap, t = max(gap, now - t), now
+        now = time.perf_counter()
+        gap, t = max(gap, now - t), now
     return gap
 
 def test_a_slow_disk_does_not_stall_the_event_loop(tmp_path, monkeypatch):
@@ -255,7 +270,8 @@ def test_a_slow_disk_does_not_stall_the_event_loop(tmp_path, monkeypatch):
 def test_a_result_handed_over_during_slow_step_writes_lands_after_them(tmp_path, monkeypatch):
     "the writes of one episode run in the order they were handed over, whichever writer thread takes them"
     slow_fsync(monkeypatch, 0.05)
-    st = RunStore(tmp_path/'run', {}); w = st.start('Algebra', 'A-01', 0)
+    st = RunStore(tmp_path/'run', {})
+    w = st.start('Algebra', 'A-01', 0)
     async def go():
         writes = [w.add_step_soon({'step': i}, b'\x89PNG') for i in range(4)] + [w.add_final_soon(b'\x89PNG final')]
         writes.append(w.soon(w.finish, DONE))                                   # none of them awaited yet
@@ -310,7 +326,9 @@ def test_a_killed_run_loses_at_most_the_steps_in_flight(tmp_path):
     proc = subprocess.Popen([sys.executable, str(tmp_path/'killed.py'), str(tmp_path/'run')], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
         for line in proc.stdout:
-            if line.strip() == 'handed 4': os.kill(proc.pid, signal.SIGKILL); break
+            if line.strip() == 'handed 4':
+                os.kill(proc.pid, signal.SIGKILL)
+                break
     finally:
         if proc.poll() is None: proc.kill()
         proc.wait(30)

@@ -1,15 +1,14 @@
-"""coda.tasks: the checker language (each operator on a realistic dump, errors, bounds), run_checks' ScienceBoard
+"""coda.checks and coda.tasks: the checker language (each operator on a realistic dump, errors, bounds), run_checks' ScienceBoard
 semantics for stop items, load-time validation, the translation of ScienceBoard's lambdas (per-app counts over its own
 task files; translated checks agree with the lambdas' truth values, worked out by hand, on hand-written dumps),
 injection attempts rejected with nothing run, and what runs natively. A few seconds in all."""
 import builtins, json, math, os
-from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-import coda.tasks as T
-from coda.tasks import (ARITY, CODA_APPS, CheckError, Task, TaskError, Untranslatable, check, gcmd_key, load_task, load_tasks,
-                        native_support, point_key, run_checks, scienceboard_report, scienceboard_tasks, translate_item,
-                        translate_lambda, translate_task, validate)
+import coda.checks as K, coda.tasks as T
+from coda.checks import ARITY, CheckError, check, validate
+from coda.tasks import (CODA_APPS, Task, TaskError, Untranslatable, gcmd_key, load_task, load_tasks, native_support, point_key, run_checks,
+                        scienceboard_report, scienceboard_tasks, translate_item, translate_lambda, translate_task)
 from coda.paths import SHARED
 
 SB = SHARED/'data'/'scienceboard'/'tasks'
@@ -98,8 +97,7 @@ OPS = [
     (["map", ["$", "layers"], ["@", "name"]], GIS, ["countries@PERMANENT", "roadsmajor@PERMANENT"]),
     (["dot", ["$", "entity", "Earth", "position"], ["$", "entity", "Earth", "position"]], CEL, 1.496e8 ** 2),
     (["norm", ["$", "entity", "Earth", "position"]], CEL, 1.496e8),
-    (["cos", ["quote", [1, 0, 0]], ["quote", [0, 2, 0]]], {}, 0.0),
-]
+    (["cos", ["quote", [1, 0, 0]], ["quote", [0, 2, 0]]], {}, 0.0)]
 
 @pytest.mark.parametrize('expr,dump,want', OPS, ids=[f"{i}:{e[0]}" for i, (e, _, _) in enumerate(OPS)])
 def test_operator(expr, dump, want):
@@ -108,7 +106,7 @@ def test_operator(expr, dump, want):
     else: assert check(expr, dump) == want
 
 def test_every_operator_has_an_example():
-    def ops(x): return set() if not T.is_op(x) else {x[0]} if x[0] == 'quote' else {x[0]} | set().union(*map(ops, x[1:]))
+    def ops(x): return set() if not K.is_op(x) else {x[0]} if x[0] == 'quote' else {x[0]} | set().union(*map(ops, x[1:]))
     assert set().union(*(ops(e) for e, _, _ in OPS)) == set(ARITY)
 
 def test_near32_is_float32_equality_for_big_values():
@@ -162,7 +160,7 @@ def test_bounds(monkeypatch):
     with pytest.raises(CheckError, match='integer larger'): check(["let", {"a": 2 ** 4000}, ["*", ["var", "a"], ["var", "a"]]], {})
     with pytest.raises(CheckError, match='longer than'): check(["+", ["$", "s"], ["$", "s"]], {"s": "x" * 600_000})
     with pytest.raises(CheckError, match='text longer'): check(["matches", ["$", "s"], "x"], {"s": "x" * 100_001})
-    monkeypatch.setattr(T, 'MAX_STEPS', 10_000)
+    monkeypatch.setattr(K, 'MAX_STEPS', 10_000)
     with pytest.raises(CheckError, match='evaluation steps'):
         check(["count", ["$", "xs"], ["any", ["$", "xs"], ["==", ["@"], -1]]], {"xs": list(range(300))})
 
@@ -250,7 +248,9 @@ def test_every_translated_item_is_valid_and_keeps_its_source():
             new, why = translate_item(it, t.app)
             if new is None: continue
             n += 1
-            if it['type'] != 'stop': validate(new['check']); assert new['sb'] == it and new['type'] == it['type']
+            if it['type'] != 'stop':
+                validate(new['check'])
+                assert new['sb'] == it and new['type'] == it['type']
     assert n == 177
 
 @needs_sb
@@ -414,16 +414,14 @@ def payloads(canary):
         f"import os; os.system('touch {canary}')",
         "lambda dump: (yield)",
         "lambda dump, *a: a",
-        "lambda dump: " + "[" * 300 + "]" * 300,
-    ]
+        "lambda dump: " + "[" * 300 + "]" * 300]
 
 class Trap(Exception): pass
 
 def test_injection_is_rejected_and_nothing_runs(tmp_path, monkeypatch):
     canary = tmp_path/'pwned'
     def trap(*a, **k): raise Trap(f"evaluator called with {a[:1]!r}")
-    monkeypatch.setattr(builtins, 'eval', trap); monkeypatch.setattr(builtins, 'exec', trap)
-    monkeypatch.setattr(os, 'system', trap); monkeypatch.setattr(os, 'popen', trap)
+    for mod, name in ((builtins, 'eval'), (builtins, 'exec'), (os, 'system'), (os, 'popen')): monkeypatch.setattr(mod, name, trap)
     for src in payloads(canary):
         with pytest.raises(Untranslatable): translate_lambda(src, (["$"],))
         for app in ('GrassGIS', 'Celestia'):

@@ -10,8 +10,7 @@ __all__ = ['FUNCS', 'MAX_EXPR', 'MAX_NEST', 'MAX_FACTORIAL', 'SAMPLES', 'COLORS'
 import ast, functools, math, operator
 from typing import Literal
 from ..actions import parse_ast
-from .scidesk import (SciApp, Widget, MenuItem, W, H, COL, panel, label, button, checkbox, text_field,
-                               list_box, menu_bar, dialog, text_width, _draw_children)
+from .scidesk import SciApp, Widget, MenuItem, W, H, COL, panel, label, button, checkbox, text_field, list_box, menu_bar, dialog
 
 # %% ../../nbs/05b_algebra.ipynb #34f5d2e3
 FUNCS = {'sin': (math.sin, 1, 'sine of an angle'), 'cos': (math.cos, 1, 'cosine of an angle'), 'tan': (math.tan, 1, 'tangent of an angle'),
@@ -337,7 +336,8 @@ def _color_menu(app, name, x, y):
 def _build(self):
     st = self.state
     root = panel((0, 0, W, H), fill=COL['bg'], border=False)
-    root.add(Widget('title', 'Algebra - scidesk', (0, 0, W, 28), draw=lambda cv, w: (cv.rect(w.box, fill=COL['title']), cv.text((12, 5), w.name, (255, 255, 255)))))
+    root.add(Widget('title', 'Algebra - scidesk', (0, 0, W, 28),
+                    draw=lambda cv, w: (cv.rect(w.box, fill=COL['title']), cv.text((12, 5), w.name, (255, 255, 255)))))
     root.add(menu_bar(self, self.menus()))
     for i, t in enumerate(TABS):
         sel = st['tab'] == t
@@ -360,7 +360,8 @@ def _build(self):
         def var_menu(app, item, x, y):
             name = item.split(' = ')[0]
             app.context_menu([MenuItem('Delete variable', lambda app: app.state['vars'].pop(name, None)),
-                              MenuItem('Insert into expression', lambda app: app.ui['fields'].update({'Expression': app.ui['fields'].get('Expression', '') + name}))], x, y)
+                              MenuItem('Insert into expression',
+                                       lambda app: app.ui['fields'].update({'Expression': app.ui['fields'].get('Expression', '') + name}))], x, y)
         root.add(list_box(self, (910, 118, 1270, 764), 'Variables', items, on_right=var_menu))
     elif st['tab'] == '2D Graph':
         root.add(label((10, 94, 330, 114), 'Functions', fill=COL['dim']))
@@ -392,6 +393,7 @@ def _build(self):
             d.add(label((360, 146, 1250, 166), f"{desc.capitalize()}. Takes {arity} argument{'s' if arity > 1 else ''}."))
         else: d.add(label((360, 110, 1250, 130), 'Select a function to see its description.', fill=COL['dim']))
         root.add(d)
-    root.add(Widget('status bar', self.ui.get('status', ''), (0, H - 24, W, H), draw=lambda cv, w: (cv.rect(w.box, fill=COL['menu']), cv.text((10, H - 22), w.name, COL['dim'], 12))))
+    root.add(Widget('status bar', self.ui.get('status', ''), (0, H - 24, W, H),
+                    draw=lambda cv, w: (cv.rect(w.box, fill=COL['menu']), cv.text((10, H - 22), w.name, COL['dim'], 12))))
     return root
 Algebra.build = _build

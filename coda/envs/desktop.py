@@ -10,12 +10,12 @@ __all__ = ['MARK', 'WATCHDOG', 'STALE_OLD_FOLDER_S', 'A11Y_WALKER', 'SYSTEM_PYTH
            'DesktopApp', 'DesktopEnv']
 
 # %% ../../nbs/05f_desktop.ipynb #8f5bbbbc
-import os, re, io, sys, json, stat, time, shutil, signal, tempfile, threading, subprocess, weakref, uuid
+import os, re, sys, json, stat, time, shutil, signal, tempfile, threading, subprocess, weakref, uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 from PIL import Image, ImageChops
-from ..actions import Action, XdotoolBackend, execute, ensure_xauthority
+from ..actions import XdotoolBackend, execute, ensure_xauthority
 from .core import Observation, FrameEncoder, register_env
 from ..tasks import TaskError
 
@@ -384,8 +384,9 @@ class Desktop:
         "Wait for a viewable top-level window whose name or class matches `pattern`"
         rx = re.compile(pattern)
         def found():
-            if proc is not None and proc.poll() is not None: raise AppCrashed(f"{proc.coda_name} exited with code {proc.returncode} before its window appeared; "
-                                                                               f"its log ends: {self.log(proc.coda_name)[-400:]!r}")
+            if proc is not None and proc.poll() is not None:
+                raise AppCrashed(f"{proc.coda_name} exited with code {proc.returncode} before its window appeared; "
+                                 f"its log ends: {self.log(proc.coda_name)[-400:]!r}")
             return next((w for w in self.windows() if (rx.search(w['name']) or rx.search(w['cls'])) and w['w'] >= min_size[0] and w['h'] >= min_size[1]), None)
         return self.wait(found, timeout, f'a window matching {pattern!r}', every=0.1)
 

@@ -9,10 +9,9 @@ __all__ = ['GRASS_PYTHON', 'EPSG', 'BUILD', 'MODULE_NAME', 'UNSAFE_MODULES', 'UN
            'catalog_query', 'GrassApp', 'console', 'grass_tasks']
 
 # %% ../../nbs/05h_grass.ipynb #ec091fa4
-import os, re, sys, json, math, time, shutil, hashlib, subprocess, tempfile, functools
+import os, re, json, math, time, shutil, hashlib, subprocess, tempfile, functools
 from pathlib import Path
-from .desktop import (Desktop, DesktopApp, DesktopError, register_app, need, Op, Arg, bounded_text, number_in,
-                               check_item, InitializeError)
+from .desktop import DesktopApp, DesktopError, register_app, need, Op, Arg, bounded_text, number_in, check_item, InitializeError
 
 # %% ../../nbs/05h_grass.ipynb #7fd5ab1d
 GRASS_PYTHON = '/usr/bin/python3'  # Debian's Python, which has wxPython and numpy

@@ -8,7 +8,7 @@ __all__ = ['MAX_PATH', 'MAX_SCRIPT', 'TAB_KEYS', 'INPUT', 'FUNC_ADD_TAB', 'FUNC_
            'console_steps', 'KAlgebraApp', 'kalgebra_oracle', 'run_kalgebra_oracle']
 
 # %% ../../nbs/05g_kalgebra.ipynb #6917309f
-import os, re, html, json, time, shutil, subprocess
+import os, re, html, time, shutil, subprocess
 from pathlib import Path
 from ..actions import Action
 from .desktop import DesktopApp, DesktopError, register_app, need, Op, Arg, bounded_text, number_in, one_of

@@ -4,9 +4,10 @@
 
 # %% auto #0
 __all__ = ['W', 'H', 'COL', 'MAX_CACHED', 'MAX_FIELD', 'MAX_INIT_LIST', 'APPS', 'TASKS_DIR', 'font', 'text_width', 'fit_chars',
-           'clip_text', 'Canvas2D', 'Widget', 'panel', 'label', 'button', 'checkbox', 'text_field', 'list_box',
-           'MenuItem', 'menu_bar', 'popup_menu', 'dialog', 'fits', 'describe', 'run_init', 'SciApp', 'find',
-           'oracle_actions', 'run_oracle', 'app_class', 'scidesk_tasks', 'SciDesk', 'random_actions', 'run_random']
+           'clip_text', 'Canvas2D', 'Widget', 'draw_children', 'panel', 'label', 'button', 'checkbox', 'text_field',
+           'scroll_bar', 'scrolled_draw', 'list_box', 'MenuItem', 'menu_bar', 'popup_menu', 'dialog', 'fits',
+           'describe', 'run_init', 'SciApp', 'find', 'oracle_actions', 'run_oracle', 'app_class', 'scidesk_tasks',
+           'SciDesk', 'random_actions', 'run_random']
 
 # %% ../../nbs/05a_scidesk.ipynb #746e66a3
 import functools, math
@@ -111,16 +112,16 @@ class Widget:
         return self
 
 # %% ../../nbs/05a_scidesk.ipynb #cabcba66
-def _draw_children(cv, w):
+def draw_children(cv, w):
     for c in w.children:
         if c.draw: c.draw(cv, c)
-        else: _draw_children(cv, c)
+        else: draw_children(cv, c)
 
 def panel(box, name='', fill=COL['panel'], border=True, role='panel', a11y=False)->Widget:
     "A plain rectangle that groups children"
     def draw(cv, w):
         cv.rect(w.box, fill=fill, outline=COL['border'] if border else None)
-        _draw_children(cv, w)
+        draw_children(cv, w)
     return Widget(role, name, box, draw=draw, a11y=a11y)
 
 def label(box, text, size=13, fill=COL['text'], role='label')->Widget:
@@ -177,6 +178,27 @@ def text_field(app, box, name, on_enter=None, placeholder='')->Widget:
         return False
     return Widget('text field', name, box, ('focused',) if focused else (), draw=draw, on_click=click, on_key=key, value=buf)
 
+# %% ../../nbs/05a_scidesk.ipynb #86b69a14
+def scroll_bar(cv, box:tuple, # the list's box
+               off:int,       # the first row in view
+               vis:int,       # how many rows are in view
+               n:int):        # how many rows there are
+    "Draw the scroll bar of a list of `n` rows showing `vis` from `off`, on the right edge of `box`"
+    h = box[3] - box[1]
+    top = box[1] + h * off / n
+    bot = box[1] + h * min(1, (off + vis) / n)
+    cv.rect((box[2] - 6, top, box[2] - 2, bot), fill=COL['border'])
+
+def scrolled_draw(off:int,   # the first row in view
+                  vis:int,   # how many rows fit
+                  rows):     # the list's rows (counted when drawn)
+    "The draw function of a scrolling list's box: the field, its rows, and a scroll bar when the rows overflow"
+    def draw(cv, w):
+        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
+        draw_children(cv, w)
+        if len(rows) > vis: scroll_bar(cv, w.box, off, vis, len(rows))
+    return draw
+
 # %% ../../nbs/05a_scidesk.ipynb #f1f17965
 def list_box(app, box, name, items, selected=None, on_select=None, on_activate=None, on_right=None, row_h=22)->Widget:
     "A scrollable list; rows are children (role 'list item'); click selects, double click activates, wheel scrolls"
@@ -199,15 +221,7 @@ def list_box(app, box, name, items, selected=None, on_select=None, on_activate=N
         w.children.append(Widget('list item', it, (box[0] + 2, y, box[2] - 2, y + row_h), ('selected',) if sel else (), draw=draw,
                                  on_click=click, on_right=(lambda app, x, y, it=it: on_right(app, it, x, y)) if on_right else None,
                                  on_scroll=scroll))
-    def draw(cv, w):
-        cv.rect(w.box, fill=COL['field'], outline=COL['border'])
-        _draw_children(cv, w)
-        if len(items) > rows_fit:  # a scroll bar
-            h = w.box[3] - w.box[1]
-            top = w.box[1] + h * off / len(items)
-            bot = w.box[1] + h * min(1, (off + rows_fit) / len(items))
-            cv.rect((w.box[2] - 6, top, w.box[2] - 2, bot), fill=COL['border'])
-    w.draw = draw
+    w.draw = scrolled_draw(off, rows_fit, items)
     return w
 
 # %% ../../nbs/05a_scidesk.ipynb #5c22a6aa
@@ -236,7 +250,7 @@ def menu_bar(app, menus, y=28, h=24)->Widget:
     def draw(cv, w):
         cv.rect(w.box, fill=COL['menu'])
         cv.line([(0, w.box[3] - 1), (W, w.box[3] - 1)], COL['border'])
-        _draw_children(cv, w)
+        draw_children(cv, w)
     bar.draw = draw
     return bar
 
@@ -258,7 +272,9 @@ def popup_menu(app, items:list, x, y, name='')->Widget:
                 cv.rect((w.box[0] + 8, w.box[1] + 5, w.box[0] + 20, w.box[1] + 17), outline=COL['border'])
                 if it.checked: cv.rect((w.box[0] + 11, w.box[1] + 8, w.box[0] + 17, w.box[1] + 14), fill=COL['accent'])
             cv.text((w.box[0] + 28, w.box[1] + 2), it.name, COL['text'] if it.enabled else COL['dim'])
-            if it.shortcut: cv.text((w.box[2] - text_width(it.shortcut.replace('ctrl', 'Ctrl')) - 10, w.box[1] + 2), it.shortcut.replace('ctrl', 'Ctrl'), COL['dim'])
+            if it.shortcut:
+                keys = it.shortcut.replace('ctrl', 'Ctrl')
+                cv.text((w.box[2] - text_width(keys) - 10, w.box[1] + 2), keys, COL['dim'])
         def click(app, x_, y_, n, it=it):
             app.ui['menu'] = None
             app.ui['context'] = None
@@ -269,7 +285,7 @@ def popup_menu(app, items:list, x, y, name='')->Widget:
     def draw(cv, w):
         cv.rect((w.box[0] + 3, w.box[1] + 3, w.box[2] + 3, w.box[3] + 3), fill=COL['shadow'])
         cv.rect(w.box, fill=COL['panel'], outline=COL['border'])
-        _draw_children(cv, w)
+        draw_children(cv, w)
     pop.draw = draw
     pop.on_click = lambda app, x, y, n: None  # clicks on gaps inside the popup do nothing
     return pop
@@ -284,7 +300,7 @@ def dialog(title, box, children:list)->Widget:
         cv.rect(w.box, fill=COL['panel'], outline=COL['title'], width=2)
         cv.rect((x1, y1, x2, y1 + 26), fill=COL['title'])
         cv.text((x1 + 10, y1 + 4), title, (255, 255, 255))
-        _draw_children(cv, w)
+        draw_children(cv, w)
     dlg.draw, dlg.children = draw, children
     dlg.on_click = lambda app, x, y, n: None
     return dlg
@@ -418,7 +434,7 @@ class SciApp:
             cv = Canvas2D(img)
             root = self.tree
             if root.draw: root.draw(cv, root)
-            else: _draw_children(cv, root)
+            else: draw_children(cv, root)
             self._img = img
         return self._img
 
@@ -525,7 +541,8 @@ def find(obs:Observation, target:str)->Element:
     if not hits: raise LookupError(f"no element {target!r} on screen; names: {sorted({e.name for e in obs.a11y or [] if e.name})[:60]}")
     return hits[-1]
 
-_ROLES = {'button', 'menu', 'menu item', 'text field', 'list', 'list item', 'check box', 'label', 'tab', 'canvas', 'dialog', 'panel', 'row', 'cell', 'slider', 'status bar', 'heading', 'combo box', 'tree item', 'table', 'toolbar', 'radio button', 'title'}
+_ROLES = {'button', 'menu', 'menu item', 'text field', 'list', 'list item', 'check box', 'label', 'tab', 'canvas', 'dialog', 'panel', 'row',
+          'cell', 'slider', 'status bar', 'heading', 'combo box', 'tree item', 'table', 'toolbar', 'radio button', 'title'}
 
 def _centre(e): return ((e.bbox[0] + e.bbox[2]) / 2, (e.bbox[1] + e.bbox[3]) / 2)
 

@@ -6,7 +6,7 @@
 __all__ = ['OraclePlanner', 'record_demonstrations']
 
 # %% ../../nbs/mini/02_oracle.ipynb #1d6c31c0
-import json, re, time
+import re, time
 from pathlib import Path
 from typing import Sequence
 from ..models import Reply

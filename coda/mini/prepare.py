@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Sequence
 from ..judge import checker_judgments
 from .oracle import record_demonstrations
-from .slots import SlotCodec
 from .teacher import template_families, template_tasks
 from .tinyjudge import record_mixed
 
@@ -38,8 +37,8 @@ def prepare_args(d:dict)->PrepareArgs:
 # %% ../../nbs/mini/06_prepare.ipynb #2751701c
 def planner_texts(runs:Sequence, tasks:Sequence, codec=None)->list:
     "The texts a planner reads before training: every demonstration prompt with its reply, and each task's opening screen"
-    from coda.grpo import replay
-    from coda.prompts import _text
+    from coda.records import replay
+    from coda.prompts import message_text
     from coda.store import RunStore
     from coda.envs.scidesk import SciDesk
     enc = (lambda msgs: codec.encode(msgs)) if codec else (lambda msgs: msgs)
@@ -47,16 +46,14 @@ def planner_texts(runs:Sequence, tasks:Sequence, codec=None)->list:
     for run in runs:
         store = RunStore(run)
         for e in store.episodes(finished_only=True):
-            m = e['meta']
-            d = store.episode_dir(m['app'], m['task'], m['sample'])
-            for i, s in enumerate(e['steps']):
-                msgs = replay(d, i).planner_messages() + [{'role': 'assistant', 'content': s.get('planner') or ''}]
-                out.append(''.join(map(_text, enc(msgs))))
+            for i, s in enumerate(e.steps):
+                msgs = replay(e, i).planner_messages() + [{'role': 'assistant', 'content': s.planner or ''}]
+                out.append(''.join(map(message_text, enc(msgs))))
     env = SciDesk()
     try:
         for t in tasks:
             msgs = [{'role': 'user', 'content': f"Task: {t.instruction}\n{env.reset(t).a11y_text or ''}"}]
-            out.append(''.join(map(_text, enc(msgs))))
+            out.append(''.join(map(message_text, enc(msgs))))
     finally: env.close()
     return out + ['system\nuser\nassistant\n'] * 20   # the chat template's role lines, one token each
 

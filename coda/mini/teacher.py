@@ -19,8 +19,7 @@ PROPOSALS = {
     'Astronomy': [lambda r: f"Set the limiting magnitude to {r.randint(2, 12)}.{r.randint(0, 9)} in Astronomy.",
                   lambda r: f"Set the time to Julian date {r.randint(2440000, 2470000)}.5 in Astronomy."],
     'Biochem': [lambda r: f"Fetch {r.choice(['1crn', '4hhb', '2ptc', '1ubq', '3hhb', '1bkx', '6lu7'])} from the PDB in Biochem."],
-    'GIS': [lambda r: f"Set the map scale of the display to 1:{r.choice([5, 10, 20, 25, 40, 50]) * 1000000:,} in GIS."],
-}
+    'GIS': [lambda r: f"Set the map scale of the display to 1:{r.choice([5, 10, 20, 25, 40, 50]) * 1000000:,} in GIS."]}
 DEMONSTRABLE = ('algebra-var', 'algebra-angle', 'algebra-precision', 'astronomy-jd', 'biochem-fetch')
 
 def propose(app:str, rng:random.Random)->str:

@@ -10,7 +10,7 @@ __all__ = ['NOISES', 'noisy_plan', 'NoisyOraclePlanner', 'record_mixed', 'run_ou
 import hashlib, json, random, re, shutil, time
 from pathlib import Path
 from typing import Sequence
-from .grounder import latest_tree, _ROLE_WORDS, _q
+from .grounder import latest_tree, ROLE_WORDS, quote
 from ..judge import JudgeConfig, preset, checker_judgments
 from .oracle import OraclePlanner
 from ..agent import derive_seed
@@ -116,11 +116,11 @@ class NoisyOraclePlanner(OraclePlanner):
     def _wrong_target(self, task, i:int, target:str, messages:list)->str:
         "The thought of a click on another named element of the current screen"
         rng = random.Random(f'{self.seed}|{task.app}|{task.id}|{i}')
-        name = target.partition(':')[2] if ':' in target and target.partition(':')[0] in _ROLE_WORDS else target
-        els = [e for e in latest_tree(messages) if e[1] and e[1] != name and e[0] in _ROLE_WORDS]
+        name = target.partition(':')[2] if ':' in target and target.partition(':')[0] in ROLE_WORDS else target
+        els = [e for e in latest_tree(messages) if e[1] and e[1] != name and e[0] in ROLE_WORDS]
         if not els: return "Click 'nothing in particular'."
         role, nm, _ = rng.choice(els)
-        return f"Click the {role} {_q(nm)}."
+        return f"Click the {role} {quote(nm)}."
 
     def steps_for(self, task)->list:
         "The steps this planner says for a task: its plan (the oracle, or the oracle with one mistake)"

@@ -13,6 +13,7 @@ import pandas as pd
 from ..paths import from_root
 from ..metrics import success_table, table_markdown
 from ..store import RunStore
+from ..records import Episode
 
 # %% ../../nbs/20_table1.ipynb #bc0bd48d
 PAPER_TABLE1 = {  # row -> (the paper's name for it, {app: (Average@8, Pass@8)}): CODA Table 1, ScienceBoard, percent
@@ -23,8 +24,7 @@ PAPER_TABLE1 = {  # row -> (the paper's name for it, {app: (Average@8, Pass@8)})
     'stage1': ('CODA (Stage-1)*',
                {'Algebra': (13.71, 41.94), 'Biochem': (26.29, 44.83), 'GIS': (7.72, 23.53), 'Astronomy': (9.85, 18.18), 'overall': (14.39, 32.12)}),
     'stage2': ('CODA (Stage-2)',
-               {'Algebra': (20.16, 48.39), 'Biochem': (32.23, 51.72), 'GIS': (14.71, 29.41), 'Astronomy': (17.05, 30.30), 'overall': (21.04, 39.96)}),
-}
+               {'Algebra': (20.16, 48.39), 'Biochem': (32.23, 51.72), 'GIS': (14.71, 29.41), 'Astronomy': (17.05, 30.30), 'overall': (21.04, 39.96)})}
 PAPER_APPS = {'Algebra': 'Algebra', 'KAlgebra': 'Algebra', 'Biochem': 'Biochem', 'ChimeraX': 'Biochem', 'GIS': 'GIS', 'GrassGIS': 'GIS',
               'Astronomy': 'Astronomy', 'Celestia': 'Astronomy'}   # our app -> the ScienceBoard app it stands for
 
@@ -160,21 +160,22 @@ def plot_pipeline(root:Path, table:pd.DataFrame, path:Path, k:int=8):
     plt.close(fig)
     return path
 
-def plot_frames(ep:Path, path:Path, max_frames:int=4):
+def plot_frames(ep:Episode, # a stored episode (coda.store)
+                path:Path,  # the figure's file
+                max_frames:int=4):
     "Up to `max_frames` screenshots of an episode with each step's click drawn and its thought as the caption"
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     from PIL import Image
-    from coda.store import read_jsonl
-    steps = [s for s in read_jsonl(Path(ep)/'steps.jsonl') if s.get('screenshot')][:max_frames]
+    steps = [s for s in ep.steps if s.screenshot][:max_frames]
     fig, axs = plt.subplots(1, max(1, len(steps)), figsize=(4 * max(1, len(steps)), 3), squeeze=False)
     for ax, s in zip(axs[0], steps):
-        ax.imshow(Image.open(Path(ep)/s['screenshot']))
+        ax.imshow(Image.open(ep.dir/s.screenshot))
         ax.axis('off')
-        for a in s.get('actions') or []:
+        for a in s.actions:
             if a.get('x') is not None: ax.plot(a['x'], a['y'], 'o', ms=14, mfc='none', mec='red', mew=2)
-        ax.set_title(f"{s['step']}: {(s.get('thought') or s.get('planner') or '')[:48]}", fontsize=7)
+        ax.set_title(f"{s.number}: {(s.thought or s.planner or '')[:48]}", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -8,10 +8,10 @@ __all__ = ['PAPER_TABLE2', 'prf_intervals', 'table2_frame', 'table2_markdown', '
 # %% ../../nbs/21_table2.ipynb #84e3dadd
 import json, math
 from pathlib import Path
-import numpy as np
-import pandas as pd
+import numpy as np, pandas as pd
 from ..paths import from_root
-from ..judge import read_judgments, judge_labels
+from ..judge import judge_labels
+from ..store import judgments
 from ..metrics import judge_prf
 
 # %% ../../nbs/21_table2.ipynb #49565a9b
@@ -20,8 +20,7 @@ PAPER_TABLE2 = {  # our row -> (the paper's row, (AgentRewardBench P, R), (Scien
     'finetuned': ('72B-GUI-Judge (LoRA rank 8)', (73.5, 79.0), (43.7, 80.1)),
     'voting@4': ('72B-voting@4', (76.1, 79.5), (58.6, 75.3)),
     'voting@4 + multi-resolution': ('72B-voting@4 w/ multi-res', (78.9, 77.4), (65.7, 77.9)),
-    'ensemble': ('72B-voting@4 Ensemble (base + GUI-Judge)', (81.2, 76.8), (69.5, 74.2)),
-}
+    'ensemble': ('72B-voting@4 Ensemble (base + GUI-Judge)', (81.2, 76.8), (69.5, 74.2))}
 
 # %% ../../nbs/21_table2.ipynb #c59bfc8b
 def prf_intervals(y_true, y_pred,   # labels as for `coda.metrics.judge_prf` (1/0 truth; 1/0/-1 predictions)
@@ -58,7 +57,7 @@ def table2_frame(runs:list,                # checker-scored runs the judges vote
             yt += t
             yp += p
         m, ci = judge_prf(yt, yp), prf_intervals(yt, yp, B=bootstrap, seed=seed)
-        calls = [len(j['votes']) for r in runs for j in read_judgments(r, name)]
+        calls = [len(j.votes) for r in runs for j in judgments(r, name)]
         paper = PAPER_TABLE2.get(label, ('', (math.nan, math.nan), (math.nan, math.nan)))
         out[label] = {'Precision': 100 * m['precision'] if m['tp'] + m['fp'] else math.nan, 'P low': ci['p_lo'], 'P high': ci['p_hi'],
                       'Recall': 100 * m['recall'], 'R low': ci['r_lo'], 'R high': ci['r_hi'],
