@@ -10,7 +10,8 @@ __all__ = ['PLANNER_PROMPT_ANS', 'UITARS15_COMPUTER_PROMPT', 'USER_QUESTION', 'U
 from dataclasses import dataclass, field
 
 # %% ../nbs/03_prompts.ipynb #63074ed1
-PLANNER_PROMPT_ANS = """You are a GUI agent. You are given a task and your action history, with screenshots. You need to perform the next action to complete the task. 
+PLANNER_PROMPT_ANS = """You are a GUI agent. You are given a task and your action history, with screenshots. You need to perform the next action to complete \
+the task. 
 
 ## Output Format
 ```
@@ -26,14 +27,16 @@ Action: click(start_box='(116,58,197,90)')
 - Use {language} in `Thought` part.
 - Clearly specify the target element and the action in thought.
 - To enter new text, first delete the existing content or select all of it in the input box.
-- When you are asked to submit an answer, if the current screenshot provides enough information to determine it, the action should be like ```ANS your_answer```. For example: ```ANS 5```.
+- When you are asked to submit an answer, if the current screenshot provides enough information to determine it, \
+the action should be like ```ANS your_answer```. For example: ```ANS 5```.
 
 ## User Instruction
 {instruction}
 """
 
 # %% ../nbs/03_prompts.ipynb #6b76c0f0
-UITARS15_COMPUTER_PROMPT = """You are a GUI agent. You are given a task and your action history, with screenshots. You need to perform the next action to complete the task. 
+UITARS15_COMPUTER_PROMPT = """You are a GUI agent. You are given a task and your action history, with screenshots. You need to perform the next action to \
+complete the task. 
 
 ## Output Format
 ```
@@ -96,7 +99,8 @@ class Conversation:
     @property
     def system(self)->dict:
         "The planner's system message (stripped, as the reference strips it)"
-        return {'role': 'system', 'content': [{'type': 'text', 'text': PLANNER_PROMPT_ANS.format(language=self.language, instruction=self.instruction).strip()}]}
+        return {'role': 'system', 'content': [{'type': 'text',
+                                               'text': PLANNER_PROMPT_ANS.format(language=self.language, instruction=self.instruction).strip()}]}
 
     @property
     def task_text(self)->str:
@@ -141,7 +145,9 @@ JUDGE_PROMPT = """You are judging a computer-use agent. The images below are key
 Frame captions say which step each frame comes before; the last frame shows the screen after the agent's final action.{actions_note}
 
 Assess the attempt on six points:
-1. Correctness: was the task fully and correctly completed? Answer True only then. A missing confirmation, a skipped input, a wrong element, a wrong value or an unfinished dialog make it False. If the task asks for an answer, it must be the right one. If the task is impossible, the right outcome is that the agent reports it as infeasible.
+1. Correctness: was the task fully and correctly completed? Answer True only then. A missing confirmation, a skipped input, a wrong element, a wrong value or \
+an unfinished dialog make it False. If the task asks for an answer, it must be the right one. If the task is impossible, the right outcome is that the agent \
+reports it as infeasible.
 2. Redundant: the numbers (from 1) of steps that did nothing useful, e.g. repeated clicks, opened and closed menus, undone edits.
 3. Optimized: True if the task was done without redundant steps.
 4. First_Error_Step: the number (from 1) of the first step where the agent went wrong, or None if it never did.
@@ -149,7 +155,8 @@ Assess the attempt on six points:
 6. Correct_Action: what the agent should have done at that step instead ("" if nothing).
 
 Reason briefly about what each frame shows first. Then give your answer as a Python dictionary literal inside <res_dict></res_dict> tags, exactly in this form:
-<res_dict>{{"Correctness": True or False, "Redundant": [step numbers], "Optimized": True or False, "First_Error_Step": step number or None, "Error_Type": "...", "Correct_Action": "..."}}</res_dict>"""
+<res_dict>{{"Correctness": True or False, "Redundant": [step numbers], "Optimized": True or False, \
+"First_Error_Step": step number or None, "Error_Type": "...", "Correct_Action": "..."}}</res_dict>"""
 
 JUDGE_ACTIONS_NOTE = "\nThe agent's thought and action at each step are listed after the frames."
 
@@ -159,7 +166,9 @@ TASKGEN_PROMPT = """You are a teacher preparing practice tasks for a computer-us
 The screenshot shows the application as it opens. Tasks already in the curriculum (do not repeat them or trivially reword them):
 {seeds}
 
-Propose {n} new tasks. Each must be doable in this application starting from the screen shown, within {max_steps} GUI actions, and have an unambiguous end state or answer. Mix easy and harder ones; be concrete (name the values, the objects, the options). If a task asks a question, say that the answer is to be submitted with ANS.
+Propose {n} new tasks. Each must be doable in this application starting from the screen shown, within {max_steps} GUI actions, and have an unambiguous end \
+state or answer. Mix easy and harder ones; be concrete (name the values, the objects, the options). If a task asks a question, say that the answer is to be \
+submitted with ANS.
 
 Answer with one JSON object and nothing else:
 {{"tasks": [{{"instruction": "...", "steps": <step budget, 5 to {max_steps}>}}, ...]}}"""

@@ -50,7 +50,8 @@ def _v_info(app, args, flags):
             f"Number of lines:        {n if g == 'line' else 0}    Number of boundaries: {n if g == 'area' else 0}",
             f"Number of areas:        {n if g == 'area' else 0}    Number of islands:    {n if g == 'area' else 0}",
             'Map is 2D', 'Number of dblinks:      1', f'Projection: {pr}',
-            f'N: {fmt_num(nn)}    S: {fmt_num(s)}', f'E: {fmt_num(e)}    W: {fmt_num(w)}', f"Attribute table: {len(tab['rows'])} records, {len(tab['columns'])} columns"]
+            f'N: {fmt_num(nn)}    S: {fmt_num(s)}', f'E: {fmt_num(e)}    W: {fmt_num(w)}',
+            f"Attribute table: {len(tab['rows'])} records, {len(tab['columns'])} columns"]
 
 def fmt_num(v): return f'{v:.6g}' if abs(v) < 1e5 else f'{v:.1f}'
 

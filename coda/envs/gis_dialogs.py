@@ -227,12 +227,15 @@ def rprops_dialog(app, name):
     def build(app, x, y, w, h):
         return [label((x + 20, y + 36, x + w - 20, y + 54), f"Name of raster map: {lay['name']}"),
                 label((x + 20, y + 64, x + w - 20, y + 82), 'List of values to display (values=):'),
-                text_field(app, (x + 20, y + 84, x + w - 20, y + 112), 'List of values to display', on_enter=lambda app, t: apply(app), placeholder='e.g. 1000-3000'),
+                text_field(app, (x + 20, y + 84, x + w - 20, y + 112), 'List of values to display', on_enter=lambda app, t: apply(app),
+                           placeholder='e.g. 1000-3000'),
                 checkbox((x + 20, y + 122, x + w - 20, y + 146), 'Make null cells opaque', app.ui['pending']['null'],
                          lambda app, v: app.ui['pending'].update(null=v)),
                 label((x + 20, y + 160, x + 200, y + 178), 'Layer opacity (%):'),
-                text_field(app, (x + 200, y + 156, x + 300, y + 182), 'Layer opacity (%)', on_enter=lambda app, t: apply(app))] + _buttons(x, y, w, h, 'OK', apply)
-    _dlg(app, f"Properties of {lay['name']}", build, {'List of values to display': lay['params']['values'], 'Layer opacity (%)': str(int(round(lay['opacity'] * 100)))}, 460, 250)
+                text_field(app, (x + 200, y + 156, x + 300, y + 182), 'Layer opacity (%)', on_enter=lambda app, t: apply(app))] + \
+            _buttons(x, y, w, h, 'OK', apply)
+    _dlg(app, f"Properties of {lay['name']}", build,
+         {'List of values to display': lay['params']['values'], 'Layer opacity (%)': str(int(round(lay['opacity'] * 100)))}, 460, 250)
 
 def _opacity_dialog(app, name):
     lay = app.layer(name)
@@ -301,7 +304,8 @@ def switch_dialog(app, loc, mp=None):
     def build(app, x, y, w, h):
         return [label((x + 20, y + 40, x + w - 20, y + 58), (f'Map <{mp}> is in location <{loc}>.' if mp else f'Switch to location <{loc}>?')),
                 label((x + 20, y + 62, x + w - 20, y + 80), f'Switch the current mapset to {loc}/PERMANENT?'),
-                label((x + 20, y + 84, x + w - 20, y + 102), 'Layers of the current location will be removed.', fill=COL['dim'])] + _buttons(x, y, w, h, 'Switch', ok)
+                label((x + 20, y + 84, x + w - 20, y + 102), 'Layers of the current location will be removed.', fill=COL['dim'])] + \
+            _buttons(x, y, w, h, 'Switch', ok)
     _dlg(app, 'Switch mapset', build, None, 460, 170)
 
 def _mapset_dialog(app):
@@ -408,7 +412,8 @@ def metadata(app, lay):
 # %% ../../nbs/05d4_gis_dialogs.ipynb #563f552d
 def gis_menus(self):
     st = self.state
-    return {'File': [MenuItem('New workspace', new_workspace, 'ctrl+n'), MenuItem('Save workspace as…', lambda app: save_dialog(app, 'workspace'), 'ctrl+s'), None,
+    return {'File': [MenuItem('New workspace', new_workspace, 'ctrl+n'), MenuItem('Save workspace as…', lambda app: save_dialog(app, 'workspace'), 'ctrl+s'),
+                     None,
                      MenuItem('Add raster map layer…', lambda app: add_layer_dialog(app, 'raster'), 'ctrl+shift+r'),
                      MenuItem('Add vector map layer…', lambda app: add_layer_dialog(app, 'vector'), 'ctrl+shift+v'),
                      MenuItem('Remove selected map layer(s)', remove_selected, enabled=bool(st['selected'])), None,
@@ -418,7 +423,8 @@ def gis_menus(self):
             'Raster': [MenuItem('Raster map information (r.info)…', lambda app: _module_dialog(app, 'r.info', 'raster')),
                        MenuItem('Univariate raster statistics (r.univar)…', lambda app: _module_dialog(app, 'r.univar', 'raster')),
                        MenuItem('Color tables (r.colors)…', lambda app: _color_table_dialog(app))],
-            'Vector': [MenuItem('Vector map information (v.info)…', lambda app: _module_dialog(app, 'v.info', 'vector', flag=('c', 'Print types/names of table columns'))),
+            'Vector': [MenuItem('Vector map information (v.info)…',
+                                lambda app: _module_dialog(app, 'v.info', 'vector', flag=('c', 'Print types/names of table columns'))),
                        MenuItem('Attribute table manager', lambda app: show_table(app), 'ctrl+t'), None,
                        MenuItem('Add columns (v.db.addcolumn)…', lambda app: _module_dialog(app, 'v.db.addcolumn', 'vector',
                                 [('Name and type of the new column(s), e.g. gdp double precision', 'New columns', 'columns')])),

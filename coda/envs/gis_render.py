@@ -88,7 +88,8 @@ def _draw_vector(app, img, lay, ext, res, sel):
             if f['kind'] == 'area':
                 for ring in f['rings']:
                     pts = T(ring)
-                    d.polygon(pts, fill=fill if 'shape' in disp else None, outline=(255, 220, 0) if hl else (col if wd > 0 else None), width=3 if hl else max(1, wd))
+                    d.polygon(pts, fill=fill if 'shape' in disp else None, outline=(255, 220, 0) if hl else (col if wd > 0 else None),
+                              width=3 if hl else max(1, wd))
             elif f['kind'] == 'line':
                 for ln in f['lines']: d.line(T(ln), fill=(255, 220, 0) if hl else col, width=max(1, wd) + (3 if hl else 0), joint='curve')
             else:
@@ -196,7 +197,8 @@ def glyph(cv, kind, box):
     elif kind == 'erase':
         d.rectangle((x + 3, y + 3, x + 17, y + 17), fill=(255, 255, 255), outline=dark)
         d.line([(x + 3, y + 17), (x + 17, y + 3)], fill=red, width=2)
-    elif kind == 'pointer': d.polygon([(x + 5, y + 2), (x + 5, y + 17), (x + 9, y + 13), (x + 13, y + 19), (x + 15, y + 18), (x + 11, y + 12), (x + 16, y + 12)],
+    elif kind == 'pointer': d.polygon([(x + 5, y + 2), (x + 5, y + 17), (x + 9, y + 13), (x + 13, y + 19), (x + 15, y + 18), (x + 11, y + 12),
+                                       (x + 16, y + 12)],
                                       fill=(255, 255, 255), outline=dark)
     elif kind == 'pan':
         d.line([(x + 10, y + 1), (x + 10, y + 19)], fill=dark, width=2)
