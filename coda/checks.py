@@ -11,6 +11,7 @@ import functools, json, math
 import re2   # google-re2: linear-time regular expressions for `matches`
 import numpy as np
 from .actions import clean_text
+from fastcore.basics import patch
 
 # %% ../nbs/06a_checks.ipynb #f8a30995
 class CheckError(ValueError):
@@ -286,7 +287,7 @@ def _cost(op, vals)->int:
     if op == 'sorted': return n * max(1, n.bit_length())
     return n
 
-# %% ../nbs/06a_checks.ipynb #f3a0d5c9
+# %% ../nbs/06a_checks.ipynb #1f1dc672
 class _Eval:
     "One evaluation: the dump, and the step budget shared by everything evaluated for it"
     def __init__(self, dump): self.dump, self.steps, self.work = dump, 0, 0
@@ -339,19 +340,21 @@ class _Eval:
         except CheckError: raise
         except _PYERR as e: raise CheckError(f"{op!r}: {type(e).__name__}: {e}") from None
 
-    def path(self, op, keys, el, env, d, soft=False):
-        if op == '@':
-            if el is _NO: raise CheckError("'@' used outside any/all/count/filter/map")
-            x, where = el, '@'
-        else: x, where = self.dump, '$'
-        for k in keys:
-            k = self.ev(k, el, env, d + 1)
-            if soft:
-                try: x = lookup(x, k, where)
-                except CheckError: return _NO
-            else: x = lookup(x, k, where)
-            where += f"[{k!r}]"
-        return x
+# %% ../nbs/06a_checks.ipynb #a55d7fb3
+@patch
+def path(self:_Eval, op, keys, el, env, d, soft=False):
+    if op == '@':
+        if el is _NO: raise CheckError("'@' used outside any/all/count/filter/map")
+        x, where = el, '@'
+    else: x, where = self.dump, '$'
+    for k in keys:
+        k = self.ev(k, el, env, d + 1)
+        if soft:
+            try: x = lookup(x, k, where)
+            except CheckError: return _NO
+        else: x = lookup(x, k, where)
+        where += f"[{k!r}]"
+    return x
 
 # %% ../nbs/06a_checks.ipynb #c9fd14ee
 def check(expr,          # a checker expression

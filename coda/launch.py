@@ -12,6 +12,7 @@ from typing import Sequence
 from .paths import from_root
 from .models import free_port, log_tail, die_with_parent
 from .pipeconfig import ModelRef, Serving, Launch
+from fastcore.basics import patch
 
 # %% ../nbs/16a_launch.ipynb #9cc90d08
 def first_process()->bool:
@@ -125,7 +126,7 @@ class PeakMemory:
     @property
     def gib(self)->float: return self.peak / 2**30
 
-# %% ../nbs/16a_launch.ipynb #98eb7315
+# %% ../nbs/16a_launch.ipynb #3a9a49af
 class Servers:
     "The endpoints of a run's models: served ones are checked, weights and backends served here (coda's own server, or one vLLM per model)"
     def __init__(self, cfg:Serving,            # how to serve
@@ -153,73 +154,83 @@ class Servers:
         if name not in self.vllm: self.vllm[name] = self._start_vllm(ref, name)
         return self.vllm[name]['url'], name
 
-    def _start_local(self):
-        from coda.serve import LocalServer
+# %% ../nbs/16a_launch.ipynb #a33eecc4
+@patch
+def _start_local(self:Servers):
+    from coda.serve import LocalServer
+    self.logs.mkdir(parents=True, exist_ok=True)
+    self.local = LocalServer(host=self.cfg.host, log=self.logs/'server-local.log').start(timeout=self.cfg.start_timeout)
+    self.registered = {}
+    self.log(f"   coda's own server at {self.local.url} (log {self.logs/'server-local.log'})")
+
+@patch
+def _start_vllm(self:Servers, ref:ModelRef, name:str)->dict:
+    from coda.models import VLLMServer, vllm_commands
+    if ref.backend: raise ValueError(f"{name}: a `backend` is served by coda's own server (serving.kind: local), not vLLM")
+    if len(self.free) < ref.tp:
+        raise RuntimeError(f"{name} needs {ref.tp} GPU(s); free: {self.free}; held: " + ', '.join(f"{k} {v['gpus']}" for k, v in self.vllm.items()))
+    gpus, port = self.free[:ref.tp], self._port
+    del self.free[:ref.tp]
+    self._port += 1
+    (argv, _), = vllm_commands([VLLMServer(ref.path, name, port, ref.tp, images=self.cfg.images, max_len=self.cfg.max_model_len)],
+                               vllm=self.cfg.vllm, host=self.cfg.host)
+    s = dict(url=f'http://{self.cfg.host}:{port}/v1', gpus=gpus, argv=argv, proc=None)
+    if not self.plan_only:
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.local = LocalServer(host=self.cfg.host, log=self.logs/'server-local.log').start(timeout=self.cfg.start_timeout)
-        self.registered = {}
-        self.log(f"   coda's own server at {self.local.url} (log {self.logs/'server-local.log'})")
+        logf = self.logs/f'server-{name}.log'
+        with open(logf, 'ab') as f:
+            s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                                         env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, gpus))})
+        self._wait(s, name, logf)
+    return s
 
-    def _start_vllm(self, ref:ModelRef, name:str)->dict:
-        from coda.models import VLLMServer, vllm_commands
-        if ref.backend: raise ValueError(f"{name}: a `backend` is served by coda's own server (serving.kind: local), not vLLM")
-        if len(self.free) < ref.tp:
-            raise RuntimeError(f"{name} needs {ref.tp} GPU(s); free: {self.free}; held: " + ', '.join(f"{k} {v['gpus']}" for k, v in self.vllm.items()))
-        gpus, port = self.free[:ref.tp], self._port
-        del self.free[:ref.tp]
-        self._port += 1
-        (argv, _), = vllm_commands([VLLMServer(ref.path, name, port, ref.tp, images=self.cfg.images, max_len=self.cfg.max_model_len)],
-                                   vllm=self.cfg.vllm, host=self.cfg.host)
-        s = dict(url=f'http://{self.cfg.host}:{port}/v1', gpus=gpus, argv=argv, proc=None)
-        if not self.plan_only:
-            self.logs.mkdir(parents=True, exist_ok=True)
-            logf = self.logs/f'server-{name}.log'
-            with open(logf, 'ab') as f:
-                s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-                                             env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, gpus))})
-            self._wait(s, name, logf)
-        return s
+@patch
+def _wait(self:Servers, s:dict, name:str, logf:Path):
+    import httpx
+    t0 = time.monotonic()
+    while True:
+        if s['proc'].poll() is not None:
+            raise RuntimeError(f"the server of {name} exited ({s['proc'].returncode}); {logf}:\n{log_tail(logf)}")
+        try:
+            if httpx.get(s['url'].removesuffix('/v1') + '/health', timeout=5).status_code == 200: return
+        except httpx.HTTPError: pass
+        if time.monotonic() - t0 > self.cfg.start_timeout: raise TimeoutError(f"the server of {name} was not up after {self.cfg.start_timeout:g} s; {logf}")
+        time.sleep(2)
 
-    def _wait(self, s:dict, name:str, logf:Path):
-        import httpx
-        t0 = time.monotonic()
-        while True:
-            if s['proc'].poll() is not None:
-                raise RuntimeError(f"the server of {name} exited ({s['proc'].returncode}); {logf}:\n{log_tail(logf)}")
-            try:
-                if httpx.get(s['url'].removesuffix('/v1') + '/health', timeout=5).status_code == 200: return
-            except httpx.HTTPError: pass
-            if time.monotonic() - t0 > self.cfg.start_timeout: raise TimeoutError(f"the server of {name} was not up after {self.cfg.start_timeout:g} s; {logf}")
-            time.sleep(2)
+# %% ../nbs/16a_launch.ipynb #ce33323c
+@patch
+def describe(self:Servers, ref:ModelRef, name:str)->str:
+    "How `ref` is reached, in a line (for plans and records)"
+    if ref.url: return f"{ref.name} at {ref.url} (served already)"
+    if self.cfg.kind == 'local':
+        what = ref.path or f"{ref.backend}({', '.join(f'{k}={v!r}' for k, v in ref.args.items())})"
+        return f"{name}: coda's own server <- {what}" + (f" (codec {ref.codec})" if ref.codec else '')
+    s = self.vllm.get(name)
+    return f"{name}: " + (f"CUDA_VISIBLE_DEVICES={','.join(map(str, s['gpus']))} {shlex.join(s['argv'])}" if s else f"vllm serve {ref.path} (tp {ref.tp})")
 
-    def describe(self, ref:ModelRef, name:str)->str:
-        "How `ref` is reached, in a line (for plans and records)"
-        if ref.url: return f"{ref.name} at {ref.url} (served already)"
-        if self.cfg.kind == 'local':
-            what = ref.path or f"{ref.backend}({', '.join(f'{k}={v!r}' for k, v in ref.args.items())})"
-            return f"{name}: coda's own server <- {what}" + (f" (codec {ref.codec})" if ref.codec else '')
-        s = self.vllm.get(name)
-        return f"{name}: " + (f"CUDA_VISIBLE_DEVICES={','.join(map(str, s['gpus']))} {shlex.join(s['argv'])}" if s else f"vllm serve {ref.path} (tp {ref.tp})")
+@patch
+def release(self:Servers, keep:Sequence=()):
+    "Stop the vLLM servers not named in `keep`, so their GPUs go back to the pool (coda's own server keeps its models)"
+    for name in [n for n in self.vllm if n not in keep]:
+        s = self.vllm.pop(name)
+        if s['proc'] is not None: _stop(s['proc'])
+        self.free = sorted(self.free + s['gpus'])
 
-    def release(self, keep:Sequence=()):
-        "Stop the vLLM servers not named in `keep`, so their GPUs go back to the pool (coda's own server keeps its models)"
-        for name in [n for n in self.vllm if n not in keep]:
-            s = self.vllm.pop(name)
-            if s['proc'] is not None: _stop(s['proc'])
-            self.free = sorted(self.free + s['gpus'])
+# %% ../nbs/16a_launch.ipynb #88588b8c
+@patch
+def chat(self:Servers, ref:ModelRef, name:str, concurrency:int=16, continue_final:bool=False):
+    "An `OpenAIChat` on `ref`, served as `name` if needed and checked once (`coda.models.preflight`): a model that is not served fails here"
+    from coda.models import OpenAIChat, preflight_sync
+    url, served = self.endpoint(ref, name)
+    chat = OpenAIChat(url, served, api_key=self.cfg.api_key, timeout=self.cfg.timeout, max_concurrency=concurrency)
+    if (url, served) not in self.checked: self.checked[(url, served)] = preflight_sync(chat, continue_final=continue_final)
+    if self.checked[(url, served)].get('continue_final') is False: chat.continue_final_supported = False
+    return chat
 
-    def chat(self, ref:ModelRef, name:str, concurrency:int=16, continue_final:bool=False):
-        "An `OpenAIChat` on `ref`, served as `name` if needed and checked once (`coda.models.preflight`): a model that is not served fails here"
-        from coda.models import OpenAIChat, preflight_sync
-        url, served = self.endpoint(ref, name)
-        chat = OpenAIChat(url, served, api_key=self.cfg.api_key, timeout=self.cfg.timeout, max_concurrency=concurrency)
-        if (url, served) not in self.checked: self.checked[(url, served)] = preflight_sync(chat, continue_final=continue_final)
-        if self.checked[(url, served)].get('continue_final') is False: chat.continue_final_supported = False
-        return chat
-
-    def close(self):
-        "Stop every server started here"
-        self.release()
-        if self.local is not None:
-            self.local.stop()
-            self.local = None
+@patch
+def close(self:Servers):
+    "Stop every server started here"
+    self.release()
+    if self.local is not None:
+        self.local.stop()
+        self.local = None

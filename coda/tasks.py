@@ -15,6 +15,7 @@ from .checks import CheckError, LOOPS, brief, check, is_op, lookup, validate
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from .paths import SHARED
+from fastcore.basics import patch
 
 # %% ../nbs/06_tasks.ipynb #64f8e5e4
 STOPS = ('DONE', 'ANS', 'FAIL', 'BUDGET', 'STUCK', 'ERROR', 'TIMEOUT')  # how an episode can end (coda.agent)
@@ -183,7 +184,7 @@ def _arity(what, n, lohi):
     lo, hi = lohi
     if n < lo or (hi is not None and n > hi): raise Untranslatable(f"{what} with {n} arguments")
 
-# %% ../nbs/06_tasks.ipynb #45fb8193
+# %% ../nbs/06_tasks.ipynb #eec21ee3
 class _Tr:
     "One translation: the lambda's parameters (name -> expression) and the comprehension scopes open now"
     def __init__(self, params): self.params, self.scopes, self.letp = params, [], {}
@@ -214,112 +215,118 @@ class _Tr:
             return out
         raise Untranslatable(f"comprehension target {type(t).__name__}")
 
-    def comp(self, n, d):
-        "(collection, condition or None, element expression) of a one-`for` comprehension"
-        if len(n.generators) != 1: raise Untranslatable("comprehension with several 'for' clauses")
-        g = n.generators[0]
-        if g.is_async: raise Untranslatable("async comprehension")
-        it = self.tr(g.iter, d + 1)
-        sc = {'names': self.target(g.target), 'lets': {}, 'tag': f"{len(self.scopes)}:"}
-        self.scopes.append(sc)
-        wrap = lambda e: ['let', sc['lets'], e] if sc['lets'] else e   # bind the outer elements this part reads
-        try:
-            conds = [self.tr(c, d + 1) for c in g.ifs]
-            cond = None if not conds else wrap(conds[0] if len(conds) == 1 else ['and', *conds])
-            sc['lets'] = {}
-            elt = wrap(self.tr(n.elt, d + 1))
-        finally: self.scopes.pop()
-        return it, cond, elt
+# %% ../nbs/06_tasks.ipynb #6c3d42da
+@patch
+def tr(self:_Tr, n, d=0):
+    if d > 60: raise Untranslatable("nested too deeply")
+    T = lambda m: self.tr(m, d + 1)
+    if isinstance(n, ast.Constant):
+        if isinstance(n.value, (bool, int, float, str)) or n.value is None: return n.value
+        raise Untranslatable(f"{type(n.value).__name__} constant")
+    if isinstance(n, ast.Name): return self.name(n.id)
+    if isinstance(n, ast.Subscript):
+        v, s = T(n.value), n.slice
+        if isinstance(s, ast.Slice):
+            if s.step is not None: raise Untranslatable("slice with a step")
+            return ['slice', v, None if s.lower is None else T(s.lower), None if s.upper is None else T(s.upper)]
+        k = T(s)
+        if _is_lit(v) and _is_lit(k) and not isinstance(_litval(k), (list, dict)):
+            try: return _lit(lookup(_litval(v), _litval(k), 'a literal'))
+            except CheckError as e: raise Untranslatable(str(e)) from None
+        if is_op(v) and v[0] in ('$', '@'): return [*v, k]
+        return ['index', v, k]
+    if isinstance(n, ast.Attribute):
+        raise Untranslatable(f"attribute {'.' + n.attr} ({'private or dunder' if n.attr.startswith('_') else 'only method calls translate'})")
+    if isinstance(n, ast.Call): return self.call(n, d)
+    if isinstance(n, ast.Compare):
+        parts, left = [], T(n.left)
+        for op, r in zip(n.ops, n.comparators):
+            right = T(r)
+            if isinstance(op, ast.In): parts.append(['in', left, right])
+            elif isinstance(op, ast.NotIn): parts.append(['not', ['in', left, right]])
+            elif isinstance(op, (ast.Is, ast.IsNot)):
+                if not (right is None or left is None): raise Untranslatable("'is' other than 'is None'")
+                parts.append(['==' if isinstance(op, ast.Is) else '!=', left, right])
+            else: parts.append([_CMP[type(op)], left, right])
+            left = copy.deepcopy(right)
+        return parts[0] if len(parts) == 1 else ['and', *parts]
+    if isinstance(n, ast.BoolOp): return ['and' if isinstance(n.op, ast.And) else 'or', *map(T, n.values)]
+    if isinstance(n, ast.UnaryOp):
+        x = T(n.operand)
+        if isinstance(n.op, ast.Not): return ['not', x]
+        if isinstance(n.op, ast.USub):
+            return -x if isinstance(x, (int, float)) and not isinstance(x, bool) else ['-', x]
+        if isinstance(n.op, ast.UAdd): return ['-', ['-', x]]
+        raise Untranslatable(f"operator {type(n.op).__name__}")
+    if isinstance(n, ast.BinOp):
+        if type(n.op) not in _BIN: raise Untranslatable(f"operator {type(n.op).__name__}")
+        return [_BIN[type(n.op)], T(n.left), T(n.right)]
+    if isinstance(n, ast.IfExp): return ['if', T(n.test), T(n.body), T(n.orelse)]
+    if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+        if any(isinstance(e, ast.Starred) for e in n.elts): raise Untranslatable("starred element")
+        vals = [T(e) for e in n.elts]
+        out = ['quote', [_litval(v) for v in vals]] if all(map(_is_lit, vals)) else ['list', *vals]
+        return ['set', out] if isinstance(n, ast.Set) else out
+    if isinstance(n, ast.Dict):
+        if any(k is None or not isinstance(k, ast.Constant) or not isinstance(k.value, str) for k in n.keys):
+            raise Untranslatable("dict display with computed or non-string keys")
+        vals = [T(v) for v in n.values]
+        if not all(map(_is_lit, vals)): raise Untranslatable("dict display with computed values")
+        return {k.value: _litval(v) for k, v in zip(n.keys, vals)}
+    if isinstance(n, (ast.ListComp, ast.GeneratorExp)):
+        it, cond, elt = self.comp(n, d)
+        coll = it if cond is None else ['filter', it, cond]
+        return coll if elt == ['@'] else ['map', coll, elt]
+    why = {ast.NamedExpr: "assignment expression (walrus :=)", ast.Lambda: "nested lambda", ast.JoinedStr: "f-string",
+           ast.SetComp: "set comprehension", ast.DictComp: "dict comprehension", ast.Await: "await",
+           ast.Yield: "yield", ast.YieldFrom: "yield", ast.Starred: "starred expression"}
+    raise Untranslatable(why.get(type(n), f"{type(n).__name__} expression"))
 
-    def tr(self, n, d=0):
-        if d > 60: raise Untranslatable("nested too deeply")
-        T = lambda m: self.tr(m, d + 1)
-        if isinstance(n, ast.Constant):
-            if isinstance(n.value, (bool, int, float, str)) or n.value is None: return n.value
-            raise Untranslatable(f"{type(n.value).__name__} constant")
-        if isinstance(n, ast.Name): return self.name(n.id)
-        if isinstance(n, ast.Subscript):
-            v, s = T(n.value), n.slice
-            if isinstance(s, ast.Slice):
-                if s.step is not None: raise Untranslatable("slice with a step")
-                return ['slice', v, None if s.lower is None else T(s.lower), None if s.upper is None else T(s.upper)]
-            k = T(s)
-            if _is_lit(v) and _is_lit(k) and not isinstance(_litval(k), (list, dict)):
-                try: return _lit(lookup(_litval(v), _litval(k), 'a literal'))
-                except CheckError as e: raise Untranslatable(str(e)) from None
-            if is_op(v) and v[0] in ('$', '@'): return [*v, k]
-            return ['index', v, k]
-        if isinstance(n, ast.Attribute):
-            raise Untranslatable(f"attribute {'.' + n.attr} ({'private or dunder' if n.attr.startswith('_') else 'only method calls translate'})")
-        if isinstance(n, ast.Call): return self.call(n, d)
-        if isinstance(n, ast.Compare):
-            parts, left = [], T(n.left)
-            for op, r in zip(n.ops, n.comparators):
-                right = T(r)
-                if isinstance(op, ast.In): parts.append(['in', left, right])
-                elif isinstance(op, ast.NotIn): parts.append(['not', ['in', left, right]])
-                elif isinstance(op, (ast.Is, ast.IsNot)):
-                    if not (right is None or left is None): raise Untranslatable("'is' other than 'is None'")
-                    parts.append(['==' if isinstance(op, ast.Is) else '!=', left, right])
-                else: parts.append([_CMP[type(op)], left, right])
-                left = copy.deepcopy(right)
-            return parts[0] if len(parts) == 1 else ['and', *parts]
-        if isinstance(n, ast.BoolOp): return ['and' if isinstance(n.op, ast.And) else 'or', *map(T, n.values)]
-        if isinstance(n, ast.UnaryOp):
-            x = T(n.operand)
-            if isinstance(n.op, ast.Not): return ['not', x]
-            if isinstance(n.op, ast.USub):
-                return -x if isinstance(x, (int, float)) and not isinstance(x, bool) else ['-', x]
-            if isinstance(n.op, ast.UAdd): return ['-', ['-', x]]
-            raise Untranslatable(f"operator {type(n.op).__name__}")
-        if isinstance(n, ast.BinOp):
-            if type(n.op) not in _BIN: raise Untranslatable(f"operator {type(n.op).__name__}")
-            return [_BIN[type(n.op)], T(n.left), T(n.right)]
-        if isinstance(n, ast.IfExp): return ['if', T(n.test), T(n.body), T(n.orelse)]
-        if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
-            if any(isinstance(e, ast.Starred) for e in n.elts): raise Untranslatable("starred element")
-            vals = [T(e) for e in n.elts]
-            out = ['quote', [_litval(v) for v in vals]] if all(map(_is_lit, vals)) else ['list', *vals]
-            return ['set', out] if isinstance(n, ast.Set) else out
-        if isinstance(n, ast.Dict):
-            if any(k is None or not isinstance(k, ast.Constant) or not isinstance(k.value, str) for k in n.keys):
-                raise Untranslatable("dict display with computed or non-string keys")
-            vals = [T(v) for v in n.values]
-            if not all(map(_is_lit, vals)): raise Untranslatable("dict display with computed values")
-            return {k.value: _litval(v) for k, v in zip(n.keys, vals)}
-        if isinstance(n, (ast.ListComp, ast.GeneratorExp)):
-            it, cond, elt = self.comp(n, d)
-            coll = it if cond is None else ['filter', it, cond]
-            return coll if elt == ['@'] else ['map', coll, elt]
-        why = {ast.NamedExpr: "assignment expression (walrus :=)", ast.Lambda: "nested lambda", ast.JoinedStr: "f-string",
-               ast.SetComp: "set comprehension", ast.DictComp: "dict comprehension", ast.Await: "await",
-               ast.Yield: "yield", ast.YieldFrom: "yield", ast.Starred: "starred expression"}
-        raise Untranslatable(why.get(type(n), f"{type(n).__name__} expression"))
+# %% ../nbs/06_tasks.ipynb #b282403f
+@patch
+def comp(self:_Tr, n, d):
+    "(collection, condition or None, element expression) of a one-`for` comprehension"
+    if len(n.generators) != 1: raise Untranslatable("comprehension with several 'for' clauses")
+    g = n.generators[0]
+    if g.is_async: raise Untranslatable("async comprehension")
+    it = self.tr(g.iter, d + 1)
+    sc = {'names': self.target(g.target), 'lets': {}, 'tag': f"{len(self.scopes)}:"}
+    self.scopes.append(sc)
+    wrap = lambda e: ['let', sc['lets'], e] if sc['lets'] else e   # bind the outer elements this part reads
+    try:
+        conds = [self.tr(c, d + 1) for c in g.ifs]
+        cond = None if not conds else wrap(conds[0] if len(conds) == 1 else ['and', *conds])
+        sc['lets'] = {}
+        elt = wrap(self.tr(n.elt, d + 1))
+    finally: self.scopes.pop()
+    return it, cond, elt
 
-    def call(self, n, d):
-        T = lambda m: self.tr(m, d + 1)
-        if n.keywords: raise Untranslatable("keyword arguments")
-        if any(isinstance(a, ast.Starred) for a in n.args): raise Untranslatable("starred arguments")
-        if isinstance(n.func, ast.Name):
-            f = n.func.id
-            if f.startswith('__'): raise Untranslatable(f"call to {f}()")
-            if f not in _FUNCS or any(f in sc['names'] for sc in self.scopes) or f in self.params:
-                raise Untranslatable(f"call to {f}() (not a function the checker language has)")
-            _arity(f"{f}()", len(n.args), _FUNCS[f])
-            if f in ('any', 'all') and isinstance(n.args[0], (ast.ListComp, ast.GeneratorExp)):
-                it, cond, elt = self.comp(n.args[0], d)
-                return [f, it if cond is None else ['filter', it, cond], elt]
-            return [f, *map(T, n.args)]
-        if isinstance(n.func, ast.Attribute):
-            m = n.func.attr
-            obj = T(n.func.value)
-            if m.startswith('_'): raise Untranslatable(f"call to .{m}() (private or dunder)")
-            if m not in _METHODS: raise Untranslatable(f"call to .{m}() (not a method the checker language has)")
-            _arity(f".{m}()", len(n.args), _METHODS[m])
-            args = [T(a) for a in n.args]
-            if m == 'get': return ['get', obj, args[0], args[1] if len(args) > 1 else None]
-            return ['join', obj, args[0]] if m == 'join' else [m, obj, *args]
-        raise Untranslatable("call of a computed function")
+# %% ../nbs/06_tasks.ipynb #23e25641
+@patch
+def call(self:_Tr, n, d):
+    T = lambda m: self.tr(m, d + 1)
+    if n.keywords: raise Untranslatable("keyword arguments")
+    if any(isinstance(a, ast.Starred) for a in n.args): raise Untranslatable("starred arguments")
+    if isinstance(n.func, ast.Name):
+        f = n.func.id
+        if f.startswith('__'): raise Untranslatable(f"call to {f}()")
+        if f not in _FUNCS or any(f in sc['names'] for sc in self.scopes) or f in self.params:
+            raise Untranslatable(f"call to {f}() (not a function the checker language has)")
+        _arity(f"{f}()", len(n.args), _FUNCS[f])
+        if f in ('any', 'all') and isinstance(n.args[0], (ast.ListComp, ast.GeneratorExp)):
+            it, cond, elt = self.comp(n.args[0], d)
+            return [f, it if cond is None else ['filter', it, cond], elt]
+        return [f, *map(T, n.args)]
+    if isinstance(n.func, ast.Attribute):
+        m = n.func.attr
+        obj = T(n.func.value)
+        if m.startswith('_'): raise Untranslatable(f"call to .{m}() (private or dunder)")
+        if m not in _METHODS: raise Untranslatable(f"call to .{m}() (not a method the checker language has)")
+        _arity(f".{m}()", len(n.args), _METHODS[m])
+        args = [T(a) for a in n.args]
+        if m == 'get': return ['get', obj, args[0], args[1] if len(args) > 1 else None]
+        return ['join', obj, args[0]] if m == 'join' else [m, obj, *args]
+    raise Untranslatable("call of a computed function")
 
 # %% ../nbs/06_tasks.ipynb #27599012
 def translate_lambda(src:str,       # a Python lambda, e.g. "lambda key, value: abs(key - value) < 0.1"

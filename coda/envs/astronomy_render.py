@@ -173,6 +173,82 @@ def _texture_planes(name:str, res:str)->np.ndarray:
     "A body's colour texture as three flat channel planes, (3, h*w)"
     return np.ascontiguousarray(texture(name, res)[0].reshape(-1, 3).T)
 
+# %% ../../nbs/05e2_astronomy_render.ipynb #7a9df1c3
+def _sphere_texels(name:str, # the body
+                   dotv, # surface normal . v for each disc pixel, as a function of v
+                   theta:float, ax:tuple, # spin angle and spin axis
+                   res:str)->tuple: # texture resolution
+    "Bilinear texture colours (3, N) of the disc pixels, with their texel index, latitude, longitude and the cloud and night-light maps"
+    f32 = np.float32
+    tex, clouds, lights = texture(name, res)
+    th, tw = tex.shape[:2]
+    e1 = unit(cross(ax, (0.0, 0.0, 1.0) if abs(ax[2]) < 0.99 else (1.0, 0.0, 0.0)))
+    e2 = cross(ax, e1)
+    lat = np.arcsin(np.clip(dotv(ax), -1, 1))
+    lon = np.arctan2(dotv(e2), dotv(e1)) - f32(theta)
+    fi = np.clip((0.5 - lat / np.pi) * th - 0.5, 0, th - 1.001)
+    fj = (lon / (2 * np.pi)) % 1.0 * tw - 0.5
+    ti, tj = fi.astype(int), np.floor(fj).astype(int)
+    wi, wj = fi - ti, fj - tj
+    tj %= tw
+    tj1 = (tj + 1) % tw
+    # colours are kept channel-first, (3, N), so that every product runs along the N pixels (the same arithmetic, faster)
+    k00, k01, T, vj = ti * tw + tj, ti * tw + tj1, _texture_planes(name, res), 1 - wj
+    c = (T.take(k00, 1) * vj + T.take(k01, 1) * wj) * (1 - wi) + (T.take(k00 + tw, 1) * vj + T.take(k01 + tw, 1) * wj) * wi   # bilinear
+    return c, k00, lat, lon, clouds, lights
+
+# %% ../../nbs/05e2_astronomy_render.ipynb #618d5f41
+def _sphere_lit(c, lam, mz, nx, ny, rho, # disc colours, normal . light, and the sample grid
+                lat, lon, k00, clouds, lights, # from `_sphere_texels`
+                s:int, R:float, cam, light, opts:dict)->tuple:
+    "Sunlight on the disc colours `c`: clouds, day side, night lights, atmosphere, grid and terminator; returns (c, glow, glow colour)"
+    f32 = np.float32
+    glow, gcol = None, None
+    if clouds is not None and opts.get('clouds'):
+        cl = clouds.reshape(-1).take(k00)
+        c = c * (1 - cl) + cl * 0.95
+    c = c * (np.clip(lam, 0, 1) * 0.97 + 0.03)
+    if lights is not None and opts.get('night'):
+        c = c + np.array([0.75, 0.58, 0.3], f32)[:, None] * (lights.reshape(-1).take(k00) & (lam < -0.05))
+    atm = opts.get('atmosphere')
+    if atm:
+        acol, thick = np.array(atm[0], f32) / 255, atm[1]
+        rim = (1 - mz * mz) ** 6 * 0.45 * np.clip(lam + 0.25, 0, 1)
+        c = c * (1 - rim) + acol[:, None] * rim
+        limb = np.clip((nx * f32(dot(cam.r, light)) - ny * f32(dot(cam.u, light))) / np.maximum(rho, 1e-6) + 0.25, 0, 1)
+        glow, gcol = np.clip(1 - (rho - 1) / thick, 0, 1) ** 2 * limb, acol
+    if opts.get('grid'):
+        latd, lond = np.degrees(lat), np.degrees(lon) % 360
+        wd = max(0.3, 32 * s / R)   # about half a sample wide, so lines stay unbroken
+        g = (np.abs((latd + 15) % 30 - 15) < wd) | (np.abs((lond + 15) % 30 - 15) < wd / np.maximum(np.cos(lat), 0.2))
+        c = np.where(g, c * 0.4 + np.array([0.55, 0.6, 1.0], f32)[:, None] * 0.6, c)
+    if opts.get('terminator'):
+        c = np.where(np.abs(lam) < max(0.012, 1.5 / R), np.array([1.0, 0.85, 0.3], f32)[:, None], c)
+    return c, glow, gcol
+
+# %% ../../nbs/05e2_astronomy_render.ipynb #28d1838a
+def _sphere_rings(rings:tuple, # inner and outer ring radius, in planet radii
+                  nx, ny, rho2, inside, cam, light, ax, # the sample grid, camera basis, light and spin axis
+                  col, alpha)->tuple: # the planet's colour (3, H, W) and alpha so far
+    "Where each pixel's ray meets the ring plane, and whether that is in front of the planet: returns the new (col, alpha)"
+    f32 = np.float32
+    r_in, r_out = rings
+    fa = dot(cam.f, ax)
+    if abs(fa) > 1e-4:
+        t = -(nx * f32(dot(cam.r, ax)) - ny * f32(dot(cam.u, ax))) / f32(fa)
+        q = [nx * f32(cam.r[i]) - ny * f32(cam.u[i]) + t * f32(cam.f[i]) for i in range(3)]
+        qr = np.sqrt(q[0] ** 2 + q[1] ** 2 + q[2] ** 2)
+        band = (qr > r_in) & (qr < r_out)
+        dens = band * (0.35 + 0.55 * ((qr > 1.53) & (qr < 1.95)) + 0.35 * (qr > 2.03) - 0.3 * ((qr > 1.95) & (qr < 2.03)))
+        ring = band & (~inside | (t < -np.sqrt(np.clip(1 - rho2, 0, 1))))
+        ql = q[0] * f32(light[0]) + q[1] * f32(light[1]) + q[2] * f32(light[2])
+        shadow = (ql < 0) & (qr * qr - ql * ql < 1)
+        lit = (0.9 if dot(light, ax) * -fa > 0 else 0.35) * np.where(shadow, 0.15, 1.0).astype(f32)
+        ra = (np.clip(dens, 0, 0.95) * ring).astype(f32)
+        col = col * (1 - ra) + (np.array([0.86, 0.8, 0.66], f32)[:, None, None] * lit) * ra
+        alpha = np.maximum(alpha, ra)
+    return col, alpha
+
 # %% ../../nbs/05e2_astronomy_render.ipynb #9662e661
 def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:float, ax:tuple, opts:dict)->Image.Image:
     "An RGBA image of `crop` (canvas pixels) showing body `name` of pixel radius R centred at (cx, cy)"
@@ -189,69 +265,19 @@ def sphere(name:str, R:float, cx:float, cy:float, crop:tuple, cam, light, theta:
     mx, my = nx[inside], ny[inside]
     mz = np.sqrt(np.clip(1 - mx * mx - my * my, 0, 1))
     dotv = lambda v: mx * f32(dot(cam.r, v)) - my * f32(dot(cam.u, v)) - mz * f32(dot(cam.f, v))   # surface normal . v
-    tex, clouds, lights = texture(name, opts.get('res', 'medium'))
-    th, tw = tex.shape[:2]
-    e1 = unit(cross(ax, (0.0, 0.0, 1.0) if abs(ax[2]) < 0.99 else (1.0, 0.0, 0.0)))
-    e2 = cross(ax, e1)
-    lat = np.arcsin(np.clip(dotv(ax), -1, 1))
-    lon = np.arctan2(dotv(e2), dotv(e1)) - f32(theta)
-    fi = np.clip((0.5 - lat / np.pi) * th - 0.5, 0, th - 1.001)
-    fj = (lon / (2 * np.pi)) % 1.0 * tw - 0.5
-    ti, tj = fi.astype(int), np.floor(fj).astype(int)
-    wi, wj = fi - ti, fj - tj
-    tj %= tw
-    tj1 = (tj + 1) % tw
-    # colours are kept channel-first, (3, N), so that every product runs along the N pixels (the same arithmetic, faster)
-    k00, k01, T, vj = ti * tw + tj, ti * tw + tj1, _texture_planes(name, opts.get('res', 'medium')), 1 - wj
-    c = (T.take(k00, 1) * vj + T.take(k01, 1) * wj) * (1 - wi) + (T.take(k00 + tw, 1) * vj + T.take(k01 + tw, 1) * wj) * wi   # bilinear
+    c, k00, lat, lon, clouds, lights = _sphere_texels(name, dotv, theta, ax, opts.get('res', 'medium'))
     glow, gcol = None, None
     if opts.get('emissive'):
         c = c * (1 - 0.35 * (1 - mz))
         glow, gcol = np.exp(-(rho - 1) * 3.0), np.array(opts.get('glow', (255, 240, 200)), f32) / 255
-    else:
-        lam = dotv(light)
-        if clouds is not None and opts.get('clouds'):
-            cl = clouds.reshape(-1).take(k00)
-            c = c * (1 - cl) + cl * 0.95
-        c = c * (np.clip(lam, 0, 1) * 0.97 + 0.03)
-        if lights is not None and opts.get('night'):
-            c = c + np.array([0.75, 0.58, 0.3], f32)[:, None] * (lights.reshape(-1).take(k00) & (lam < -0.05))
-        atm = opts.get('atmosphere')
-        if atm:
-            acol, thick = np.array(atm[0], f32) / 255, atm[1]
-            rim = (1 - mz * mz) ** 6 * 0.45 * np.clip(lam + 0.25, 0, 1)
-            c = c * (1 - rim) + acol[:, None] * rim
-            limb = np.clip((nx * f32(dot(cam.r, light)) - ny * f32(dot(cam.u, light))) / np.maximum(rho, 1e-6) + 0.25, 0, 1)
-            glow, gcol = np.clip(1 - (rho - 1) / thick, 0, 1) ** 2 * limb, acol
-        if opts.get('grid'):
-            latd, lond = np.degrees(lat), np.degrees(lon) % 360
-            wd = max(0.3, 32 * s / R)   # about half a sample wide, so lines stay unbroken
-            g = (np.abs((latd + 15) % 30 - 15) < wd) | (np.abs((lond + 15) % 30 - 15) < wd / np.maximum(np.cos(lat), 0.2))
-            c = np.where(g, c * 0.4 + np.array([0.55, 0.6, 1.0], f32)[:, None] * 0.6, c)
-        if opts.get('terminator'):
-            c = np.where(np.abs(lam) < max(0.012, 1.5 / R), np.array([1.0, 0.85, 0.3], f32)[:, None], c)
+    else: c, glow, gcol = _sphere_lit(c, dotv(light), mz, nx, ny, rho, lat, lon, k00, clouds, lights, s, R, cam, light, opts)
     col[:, inside] = c
     alpha[inside] = 1.0 if opts.get('emissive') else np.clip((1 - rho[inside]) * R / s + 0.5, 0, 1)
     if glow is not None:
         out = ~inside & (glow > 0.004)
         col[:, out] = gcol[:, None]
         alpha[out] = np.maximum(alpha[out], glow[out])
-    if name in RINGS:   # where each pixel's ray meets the ring plane, and whether that is in front of the planet
-        r_in, r_out = RINGS[name]
-        fa = dot(cam.f, ax)
-        if abs(fa) > 1e-4:
-            t = -(nx * f32(dot(cam.r, ax)) - ny * f32(dot(cam.u, ax))) / f32(fa)
-            q = [nx * f32(cam.r[i]) - ny * f32(cam.u[i]) + t * f32(cam.f[i]) for i in range(3)]
-            qr = np.sqrt(q[0] ** 2 + q[1] ** 2 + q[2] ** 2)
-            band = (qr > r_in) & (qr < r_out)
-            dens = band * (0.35 + 0.55 * ((qr > 1.53) & (qr < 1.95)) + 0.35 * (qr > 2.03) - 0.3 * ((qr > 1.95) & (qr < 2.03)))
-            ring = band & (~inside | (t < -np.sqrt(np.clip(1 - rho2, 0, 1))))
-            ql = q[0] * f32(light[0]) + q[1] * f32(light[1]) + q[2] * f32(light[2])
-            shadow = (ql < 0) & (qr * qr - ql * ql < 1)
-            lit = (0.9 if dot(light, ax) * -fa > 0 else 0.35) * np.where(shadow, 0.15, 1.0).astype(f32)
-            ra = (np.clip(dens, 0, 0.95) * ring).astype(f32)
-            col = col * (1 - ra) + (np.array([0.86, 0.8, 0.66], f32)[:, None, None] * lit) * ra
-            alpha = np.maximum(alpha, ra)
+    if name in RINGS: col, alpha = _sphere_rings(RINGS[name], nx, ny, rho2, inside, cam, light, ax, col, alpha)
     rgba = np.empty(alpha.shape + (4,), np.uint8)   # filled in place: the same conversions as stacking, then casting
     for k in range(3): rgba[..., k] = np.clip(col[k], 0, 1) * 255
     rgba[..., 3] = np.clip(alpha, 0, 1) * 255

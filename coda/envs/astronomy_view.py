@@ -147,6 +147,7 @@ _ORB_PARENT, _ORB_KIND = [BODIES[n]['parent'] for n in _ORB_NAMES], [BODIES[n]['
 _ORB_R = [float(np.sqrt((ORBIT_SHAPES[n] ** 2).sum(1)).max()) * 1.001 for n in _ORB_NAMES]   # how far each orbit gets from its parent
 assert _ORB_HELIO == sorted(_ORB_HELIO, reverse=True)   # orbits around Sol come first, so drawing them first keeps the order
 
+# %% ../../nbs/05e3_astronomy_view.ipynb #91baaf9f
 def _draw_orbits(app, d, cam, pos, helio=None):
     "Draw the orbits shown (`helio`: only those around Sol, or only the moons'), all projected in one go"
     st = app.state
@@ -205,12 +206,10 @@ _IS_STAR = np.array([n in STARS or n == 'Sol' for n in _OBJ_NAMES])   # drawn wi
 _STAR_P = [STARS[n]['pos'] for n in _OBJ_NAMES if n not in BODIES]
 assert _OBJ_NAMES == list(BODIES) + list(STARS)
 
-# %% ../../nbs/05e3_astronomy_view.ipynb #5dbdc503
-def _draw_objects(app, img, d, cv, cam, pos):
-    st = app.state
+# %% ../../nbs/05e3_astronomy_view.ipynb #901c220c
+def _visible_objects(st:dict, cam, pos:dict)->list:
+    "(distance, name, x, y, pixel radius, position) of every drawn, unhidden object near the view, farthest first"
     O = cam.O
-    limit, style = st['limiting_magnitude'], st['star_style']
-    jd, sel = st['time']['jd'], st['selection']
     Ps = [pos[n] for n in BODIES] + _STAR_P
     d_ = np.array(Ps) - np.array(O)   # Camera.project's arithmetic, in the same order, for every object at once
     dx, dy, dz = d_[:, 0], d_[:, 1], d_[:, 2]
@@ -226,76 +225,92 @@ def _draw_objects(app, img, d, cv, cam, pos):
     x_, y_, R_ = x_.tolist(), y_.tolist(), R_.tolist()
     items = [(dist_[i], _OBJ_NAMES[i], x_[i], y_[i], R_[i], Ps[i]) for i in np.flatnonzero(on).tolist() if _OBJ_NAMES[i] not in hid]
     items.sort(key=lambda t: -t[0])
-    labels = []
-    for dist, n, x, y, R, P in items:
-        o = OBJECTS[n]
-        star = o['kind'] == 'star'
-        col = star_color(o.get('spectral', 'G2V')) if star else o['color']
-        if R >= 1.5:
-            emissive = star
-            ax = axis(n) if n in BODIES else (0.0, 0.0, 1.0)
-            light = None if emissive else unit(sub(pos['Sol'], P))
-            theta = round(spin(n, jd) / 0.02) * 0.02 if n in BODIES else 0.0
-            marks = st['marks'].get(n, [])
-            opts = dict(res=st['resolution'], emissive=emissive, glow=col, clouds=st['render']['clouds'], night=st['render']['night_lights'],
-                        atmosphere=ATMOSPHERES.get(n) if st['render']['atmospheres'] else None,
-                        grid='planetographic_grid' in marks, terminator='terminator' in marks)
-            # the sprite is a pure function of these rounded values, so the cache never changes what is drawn
-            Rq, xq, yq = round(R, 1), round(x, 1), round(y, 1)
-            basis = Basis(*(tuple(round(c, 4) for c in v) for v in (cam.r, cam.u, cam.f)))
-            light = tuple(round(c, 4) for c in light) if light else None
-            ext = 2.4 if n in RINGS else 3.0 if emissive else 1.0 + (opts['atmosphere'][1] + 0.02 if opts['atmosphere'] else 0.02)
-            crop = (max(0, int(xq - Rq * ext) - 1), max(0, int(yq - Rq * ext) - 1), min(cam.w, int(xq + Rq * ext) + 2), min(cam.h, int(yq + Rq * ext) + 2))
-            if crop[2] <= crop[0] or crop[3] <= crop[1]: continue
-            key = (n, Rq, xq, yq, crop, basis, light, theta, tuple(sorted((k, str(v)) for k, v in opts.items())))
-            spr = app._sprites.get(key)
-            if spr is None:
-                if len(app._sprites) > 48: app._sprites.clear()
-                s_ = sphere(n, Rq, xq, yq, crop, basis, light, theta, ax, opts)
-                bb = s_.getchannel('A').getbbox() or (0, 0, 0, 0)   # pasting transparent pixels changes nothing: leave them out
-                spr = app._sprites[key] = (s_.crop(bb).convert('RGB'), s_.crop(bb).getchannel('A'), (crop[0] + bb[0], crop[1] + bb[1]))
-            if spr[0].width and spr[0].height: img.paste(spr[0], spr[2], spr[1])
-        else:
-            if star: m = (o['absmag'] + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5 if n in STARS
-                          else 4.83 + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5)
-            else: m = body_magnitude(n, dist, norm(sub(P, pos['Sol'])))
-            if m <= limit and cam.in_view(x, y):
-                if n == 'Sol' and dist < 0.05 * LY:   # the Sun's glare
-                    for k, f in ((14, 0.1), (9, 0.22), (6, 0.45), (3.5, 1.0)):
-                        d.ellipse((x - k, y - k, x + k, y + k), fill=tuple(int(v * f) for v in (255, 245, 215)))
-                else: _star_dot(d, x, y, m, col, style, limit)
-        if n in BODIES and n != 'Sol' and BODIES[n]['kind'] == 'comet' and st['render']['comet_tails']:
-            rs = norm(sub(P, pos['Sol'])) / AU
-            if rs < 5:
-                tail = unit(sub(P, pos['Sol']))
-                for k, c in ((1.0, (90, 120, 140)), (0.6, (140, 170, 190)), (0.3, (200, 220, 235))):
-                    _q = cam.project(add(P, mul(tail, k * 2e7 / max(rs, 0.3) ** 2)))
-                    if _q: d.line((x, y, _q[0], _q[1]), fill=c, width=2)
-        for mk in st['marks'].get(n, []):
-            r = o['radius']
-            if mk == 'body_axes':
-                th = spin(n, jd)
-                a_ = axis(n)
-                e1 = unit(cross(a_, (0.0, 0.0, 1.0) if abs(a_[2]) < 0.99 else (1.0, 0.0, 0.0)))
-                e2 = cross(a_, e1)
-                bx = add(mul(e1, math.cos(th)), mul(e2, math.sin(th)))
-                by = cross(a_, bx)
-                for v, c, t in ((bx, (230, 80, 80), 'x'), (by, (80, 210, 80), 'y'), (a_, (90, 130, 255), 'z')): _arrow(d, cv, cam, P, v, 2.2 * r, c, t)
-            elif mk == 'frame_axes':
-                for v, c, t in (((1.0, 0, 0), (255, 150, 150), 'X'), ((0, 1.0, 0), (150, 255, 150), 'Y'), ((0, 0, 1.0), (150, 170, 255), 'Z')):
-                    _arrow(d, cv, cam, P, v, 2.6 * r, c, t)
-            elif mk == 'sun_direction' and n != 'Sol': _arrow(d, cv, cam, P, unit(sub(pos['Sol'], P)), 2.4 * r, (255, 220, 60), 'Sun')
-            elif mk == 'velocity_vector' and n != 'Sol':
-                nxt = app.positions(jd + 1e-3)
-                _arrow(d, cv, cam, P, unit(sub(nxt[n], P)), 2.4 * r, (60, 230, 200), 'Velocity')
-        kind = o['kind'] if n != 'Sol' else 'star'
-        show = st['labels'].get(kind, False) and cam.in_view(x, y)
-        if show and n in BODIES and BODIES[n]['parent'] not in (None, 'Sol'):   # no moon labels piled on their planet
-            pp = cam.project(pos[BODIES[n]['parent']])
-            if pp and abs(pp[0] - x) + abs(pp[1] - y) < 8 and R < 2: show = False
-        if show and kind == 'star' and n in STARS:
-            show = o['absmag'] + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5 < limit
-        if show or n == sel: labels.append((n, x, y, R, kind))
+    return items
+
+# %% ../../nbs/05e3_astronomy_view.ipynb #ecdaa647
+def _draw_disc(app, img, cam, pos:dict, n:str, x:float, y:float, R:float, P:tuple, col:tuple, star:bool, jd:float)->bool:
+    "Paste object `n`'s lit sphere (a cached sprite) at (x, y) with pixel radius R; False when its crop is empty"
+    st = app.state
+    emissive = star
+    ax = axis(n) if n in BODIES else (0.0, 0.0, 1.0)
+    light = None if emissive else unit(sub(pos['Sol'], P))
+    theta = round(spin(n, jd) / 0.02) * 0.02 if n in BODIES else 0.0
+    marks = st['marks'].get(n, [])
+    opts = dict(res=st['resolution'], emissive=emissive, glow=col, clouds=st['render']['clouds'], night=st['render']['night_lights'],
+                atmosphere=ATMOSPHERES.get(n) if st['render']['atmospheres'] else None,
+                grid='planetographic_grid' in marks, terminator='terminator' in marks)
+    # the sprite is a pure function of these rounded values, so the cache never changes what is drawn
+    Rq, xq, yq = round(R, 1), round(x, 1), round(y, 1)
+    basis = Basis(*(tuple(round(c, 4) for c in v) for v in (cam.r, cam.u, cam.f)))
+    light = tuple(round(c, 4) for c in light) if light else None
+    ext = 2.4 if n in RINGS else 3.0 if emissive else 1.0 + (opts['atmosphere'][1] + 0.02 if opts['atmosphere'] else 0.02)
+    crop = (max(0, int(xq - Rq * ext) - 1), max(0, int(yq - Rq * ext) - 1), min(cam.w, int(xq + Rq * ext) + 2), min(cam.h, int(yq + Rq * ext) + 2))
+    if crop[2] <= crop[0] or crop[3] <= crop[1]: return False
+    key = (n, Rq, xq, yq, crop, basis, light, theta, tuple(sorted((k, str(v)) for k, v in opts.items())))
+    spr = app._sprites.get(key)
+    if spr is None:
+        if len(app._sprites) > 48: app._sprites.clear()
+        s_ = sphere(n, Rq, xq, yq, crop, basis, light, theta, ax, opts)
+        bb = s_.getchannel('A').getbbox() or (0, 0, 0, 0)   # pasting transparent pixels changes nothing: leave them out
+        spr = app._sprites[key] = (s_.crop(bb).convert('RGB'), s_.crop(bb).getchannel('A'), (crop[0] + bb[0], crop[1] + bb[1]))
+    if spr[0].width and spr[0].height: img.paste(spr[0], spr[2], spr[1])
+    return True
+
+# %% ../../nbs/05e3_astronomy_view.ipynb #819e04b7
+def _draw_point(d, cam, o:dict, n:str, x:float, y:float, dist:float, P:tuple, pos:dict, col:tuple, star:bool, limit:float, style:str):
+    "Object `n`, too small for a disc, as a dot sized by its apparent magnitude (or, near the Sun, its glare)"
+    if star: m = (o['absmag'] + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5 if n in STARS
+                  else 4.83 + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5)
+    else: m = body_magnitude(n, dist, norm(sub(P, pos['Sol'])))
+    if m <= limit and cam.in_view(x, y):
+        if n == 'Sol' and dist < 0.05 * LY:   # the Sun's glare
+            for k, f in ((14, 0.1), (9, 0.22), (6, 0.45), (3.5, 1.0)):
+                d.ellipse((x - k, y - k, x + k, y + k), fill=tuple(int(v * f) for v in (255, 245, 215)))
+        else: _star_dot(d, x, y, m, col, style, limit)
+
+# %% ../../nbs/05e3_astronomy_view.ipynb #4e3e8766
+def _draw_marks(app, d, cv, cam, pos:dict, n:str, o:dict, x:float, y:float, P:tuple, jd:float):
+    "A comet's tail and the reference marks switched on for object `n` (body and frame axes, Sun direction, velocity)"
+    st = app.state
+    if n in BODIES and n != 'Sol' and BODIES[n]['kind'] == 'comet' and st['render']['comet_tails']:
+        rs = norm(sub(P, pos['Sol'])) / AU
+        if rs < 5:
+            tail = unit(sub(P, pos['Sol']))
+            for k, c in ((1.0, (90, 120, 140)), (0.6, (140, 170, 190)), (0.3, (200, 220, 235))):
+                _q = cam.project(add(P, mul(tail, k * 2e7 / max(rs, 0.3) ** 2)))
+                if _q: d.line((x, y, _q[0], _q[1]), fill=c, width=2)
+    for mk in st['marks'].get(n, []):
+        r = o['radius']
+        if mk == 'body_axes':
+            th = spin(n, jd)
+            a_ = axis(n)
+            e1 = unit(cross(a_, (0.0, 0.0, 1.0) if abs(a_[2]) < 0.99 else (1.0, 0.0, 0.0)))
+            e2 = cross(a_, e1)
+            bx = add(mul(e1, math.cos(th)), mul(e2, math.sin(th)))
+            by = cross(a_, bx)
+            for v, c, t in ((bx, (230, 80, 80), 'x'), (by, (80, 210, 80), 'y'), (a_, (90, 130, 255), 'z')): _arrow(d, cv, cam, P, v, 2.2 * r, c, t)
+        elif mk == 'frame_axes':
+            for v, c, t in (((1.0, 0, 0), (255, 150, 150), 'X'), ((0, 1.0, 0), (150, 255, 150), 'Y'), ((0, 0, 1.0), (150, 170, 255), 'Z')):
+                _arrow(d, cv, cam, P, v, 2.6 * r, c, t)
+        elif mk == 'sun_direction' and n != 'Sol': _arrow(d, cv, cam, P, unit(sub(pos['Sol'], P)), 2.4 * r, (255, 220, 60), 'Sun')
+        elif mk == 'velocity_vector' and n != 'Sol':
+            nxt = app.positions(jd + 1e-3)
+            _arrow(d, cv, cam, P, unit(sub(nxt[n], P)), 2.4 * r, (60, 230, 200), 'Velocity')
+
+# %% ../../nbs/05e3_astronomy_view.ipynb #7e29ed3f
+def _label_kind(st:dict, cam, pos:dict, n:str, o:dict, x:float, y:float, R:float, dist:float, limit:float)->tuple:
+    "(whether object `n` gets a label, its label kind)"
+    kind = o['kind'] if n != 'Sol' else 'star'
+    show = st['labels'].get(kind, False) and cam.in_view(x, y)
+    if show and n in BODIES and BODIES[n]['parent'] not in (None, 'Sol'):   # no moon labels piled on their planet
+        pp = cam.project(pos[BODIES[n]['parent']])
+        if pp and abs(pp[0] - x) + abs(pp[1] - y) < 8 and R < 2: show = False
+    if show and kind == 'star' and n in STARS:
+        show = o['absmag'] + 5 * math.log10(max(dist, 1.0) / (3.26156 * LY)) - 5 < limit
+    return show, kind
+
+def _draw_labels(d, cv, cam, labels:list, sel:str):
+    "Corner brackets around the selection, then every label"
     for n, x, y, R, kind in labels:
         if n == sel:
             s = max(R + 5, 9)
@@ -303,6 +318,25 @@ def _draw_objects(app, img, d, cv, cam, pos):
                 d.line((x + sx * s, y + sy * s, x + sx * (s - 5), y + sy * s), fill=(230, 90, 90), width=2)
                 d.line((x + sx * s, y + sy * s, x + sx * s, y + sy * (s - 5)), fill=(230, 90, 90), width=2)
         if cam.in_view(x, y): cv.text((x + max(R, 4) * 0.75 + 6, y - max(R, 4) * 0.75 - 14), n, (255, 190, 190) if n == sel else LABEL_COLORS[kind], 12)
+
+# %% ../../nbs/05e3_astronomy_view.ipynb #5dbdc503
+def _draw_objects(app, img, d, cv, cam, pos):
+    "Every visible body and star, farthest first (a sphere, or a dot), with tails and marks; then the labels on top"
+    st = app.state
+    limit, style = st['limiting_magnitude'], st['star_style']
+    jd, sel = st['time']['jd'], st['selection']
+    labels = []
+    for dist, n, x, y, R, P in _visible_objects(st, cam, pos):
+        o = OBJECTS[n]
+        star = o['kind'] == 'star'
+        col = star_color(o.get('spectral', 'G2V')) if star else o['color']
+        if R >= 1.5:
+            if not _draw_disc(app, img, cam, pos, n, x, y, R, P, col, star, jd): continue
+        else: _draw_point(d, cam, o, n, x, y, dist, P, pos, col, star, limit, style)
+        _draw_marks(app, d, cv, cam, pos, n, o, x, y, P, jd)
+        show, kind = _label_kind(st, cam, pos, n, o, x, y, R, dist, limit)
+        if show or n == sel: labels.append((n, x, y, R, kind))
+    _draw_labels(d, cv, cam, labels, sel)
 
 # %% ../../nbs/05e3_astronomy_view.ipynb #28c21666
 def _draw_hud(app, cv, cam, pos):

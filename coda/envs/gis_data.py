@@ -325,11 +325,10 @@ _KW = {'AND', 'OR', 'NOT', 'LIKE', 'IN', 'IS', 'NULL', 'BETWEEN'}
 
 MAX_WHERE, MAX_WHERE_NEST = 4_000, 50   # characters of a condition, parentheses nested in it
 
-# %% ../../nbs/05d1_gis_data.ipynb #e93d9f47
-def parse_where(text:str, columns:list)->tuple:
-    "Parse a WHERE condition over `columns` into a tuple tree (AND and OR n-ary); raises WhereError, never recurses unboundedly"
-    if len(text) > MAX_WHERE: raise WhereError(f'condition longer than {MAX_WHERE:,} characters')
-    toks, depth = [], [0]
+# %% ../../nbs/05d1_gis_data.ipynb #d4a2442c
+def _where_tokens(text:str, columns:list)->list:
+    "The (kind, value) tokens of a WHERE condition, column names matched case-insensitively to `columns`"
+    toks = []
     for m in _TOK.finditer(text.strip()):
         k = m.lastgroup
         v = m.group(k)
@@ -343,6 +342,50 @@ def parse_where(text:str, columns:list)->tuple:
             toks.append(('col', col))
         else: toks.append(('op', v))
     if not toks: raise WhereError('empty condition')
+    return toks
+
+# %% ../../nbs/05d1_gis_data.ipynb #e4d2c912
+def _where_test(col:str, # the column just read
+                peek, take, value)->tuple: # the parser's look-ahead, its consume-and-check, and its literal reader
+    "The test on `col` after its name: [NOT] LIKE, IN or BETWEEN, IS [NOT] NULL, or a comparison"
+    neg = peek() == ('kw', 'NOT')
+    if neg: take()
+    t = peek()
+    if t == ('kw', 'LIKE'):
+        take()
+        n = ('like', col, value())
+    elif t == ('kw', 'IN'):
+        take()
+        take('op', '(')
+        vals = [value()]
+        while peek() == ('op', ','):
+            take()
+            vals.append(value())
+        take('op', ')')
+        n = ('in', col, tuple(vals))
+    elif t == ('kw', 'BETWEEN'):
+        take()
+        lo = value()
+        take('kw', 'AND')
+        n = ('between', col, lo, value())
+    elif t == ('kw', 'IS') and not neg:
+        take()
+        isnot = peek() == ('kw', 'NOT')
+        if isnot: take()
+        take('kw', 'NULL')
+        n = ('null', col)
+        return ('not', n) if isnot else n
+    elif t[0] == 'op' and t[1] in ('=', '!=', '<>', '<', '<=', '>', '>=') and not neg:
+        take()
+        n = ('cmp', t[1], col, value())
+    else: raise WhereError(f'expected an operator after {col}')
+    return ('not', n) if neg else n
+
+# %% ../../nbs/05d1_gis_data.ipynb #e93d9f47
+def parse_where(text:str, columns:list)->tuple:
+    "Parse a WHERE condition over `columns` into a tuple tree (AND and OR n-ary); raises WhereError, never recurses unboundedly"
+    if len(text) > MAX_WHERE: raise WhereError(f'condition longer than {MAX_WHERE:,} characters')
+    toks, depth = _where_tokens(text, columns), [0]
     pos = [0]
     peek = lambda: toks[pos[0]] if pos[0] < len(toks) else (None, None)
     def take(kind=None, val=None):
@@ -378,39 +421,7 @@ def parse_where(text:str, columns:list)->tuple:
             take('op', ')')
             depth[0] -= 1
             return n
-        col = take('col')
-        neg = peek() == ('kw', 'NOT')
-        if neg: take()
-        t = peek()
-        if t == ('kw', 'LIKE'):
-            take()
-            n = ('like', col, value())
-        elif t == ('kw', 'IN'):
-            take()
-            take('op', '(')
-            vals = [value()]
-            while peek() == ('op', ','):
-                take()
-                vals.append(value())
-            take('op', ')')
-            n = ('in', col, tuple(vals))
-        elif t == ('kw', 'BETWEEN'):
-            take()
-            lo = value()
-            take('kw', 'AND')
-            n = ('between', col, lo, value())
-        elif t == ('kw', 'IS') and not neg:
-            take()
-            isnot = peek() == ('kw', 'NOT')
-            if isnot: take()
-            take('kw', 'NULL')
-            n = ('null', col)
-            return ('not', n) if isnot else n
-        elif t[0] == 'op' and t[1] in ('=', '!=', '<>', '<', '<=', '>', '>=') and not neg:
-            take()
-            n = ('cmp', t[1], col, value())
-        else: raise WhereError(f'expected an operator after {col}')
-        return ('not', n) if neg else n
+        return _where_test(take('col'), peek, take, value)
     tree = expr()
     if pos[0] != len(toks): raise WhereError(f'unexpected {toks[pos[0]][1]!r}')
     return tree

@@ -140,6 +140,38 @@ def _opacity(text:str)->float:
     if not 0 <= f <= 100: raise ModuleError('Opacity is a number from 0 to 100')
     return f / 100
 
+# %% ../../nbs/05d4_gis_dialogs.ipynb #a85a9278
+def _vprops_tab(app, lay:dict, pend:dict, tab:str, # the layer, the dialog's pending choices, the open tab
+                x:int, yy:int, w:int, # the dialog's left edge, the top of the tab's content, the dialog's width
+                fld, apply)->list: # makes a labelled field; applies the dialog (app, close)
+    "The widgets of one tab of the vector Properties dialog"
+    kids = []
+    if tab == 'Required':
+        kids.append(label((x + 20, yy, x + w - 20, yy + 18), f"Name of vector map: {lay['name']}"))
+        kids.append(label((x + 20, yy + 30, x + w - 20, yy + 48), 'Display (display=):'))
+        kids.append(label((x + 20, yy + 128, x + 200, yy + 146), 'Layer opacity (%):'))
+        kids.append(text_field(app, (x + 200, yy + 124, x + 300, yy + 150), 'Layer opacity (%)', on_enter=lambda app, t: apply(app, True)))
+        for i, o in enumerate(DISPLAY_OPTS):
+            on = o in pend['display']
+            def tog(app, v, o=o):
+                d = [z for z in app.ui['pending']['display'] if z != o] + ([o] if v else [])
+                app.ui['pending']['display'] = [z for z in DISPLAY_OPTS if z in d]
+            kids.append(checkbox((x + 30 + (i % 3) * 130, yy + 56 + (i // 3) * 28, x + 150 + (i % 3) * 130, yy + 80 + (i // 3) * 28), o, on, tog))
+    elif tab == 'Selection':
+        kids += fld(app, x, yy, w, 'WHERE conditions')
+        kids.append(label((x + 20, yy + 52, x + w - 20, yy + 70), "SQL without the WHERE keyword, e.g. population > 1000000", fill=COL['dim']))
+    elif tab == 'Colors':
+        kids += fld(app, x, yy, w, 'Feature color') + fld(app, x, yy + 58, w, 'Area fill color') + fld(app, x, yy + 116, w, 'Line width')
+        kids.append(label((x + 20, yy + 168, x + w - 20, yy + 186), "Colours as R:G:B (0-255) or a name; fill 'none' for no fill", fill=COL['dim']))
+    elif tab == 'Points':
+        kids.append(label((x + 20, yy, x + w - 20, yy + 18), 'Point and centroid symbol:'))
+        kids.append(list_box(app, (x + 20, yy + 20, x + 220, yy + 20 + 22 * 8 + 4), 'Point and centroid symbol', list(ICONS), selected=pend['icon'],
+                             on_select=lambda app, it: app.ui['pending'].update(icon=it)))
+        kids += fld(app, x + 220, yy, w - 220, 'Symbol size')
+    else:
+        kids += fld(app, x, yy, w, 'Attribute column for labels') + fld(app, x, yy + 58, w, 'Label color') + fld(app, x, yy + 116, w, 'Label size')
+    return kids
+
 # %% ../../nbs/05d4_gis_dialogs.ipynb #a0110189
 def vprops_dialog(app, name):
     "d.vect properties of a vector layer, in GRASS's tabs"
@@ -180,30 +212,7 @@ def vprops_dialog(app, name):
                                                         cv.text((wd.box[0] + 10, wd.box[1] + 3), t, COL['text'] if t == tab else COL['dim'])),
                                on_click=lambda app, a, b, n, t=t: app.ui['pending'].update(tab=t)))
         yy = y + 68
-        if tab == 'Required':
-            kids.append(label((x + 20, yy, x + w - 20, yy + 18), f"Name of vector map: {lay['name']}"))
-            kids.append(label((x + 20, yy + 30, x + w - 20, yy + 48), 'Display (display=):'))
-            kids.append(label((x + 20, yy + 128, x + 200, yy + 146), 'Layer opacity (%):'))
-            kids.append(text_field(app, (x + 200, yy + 124, x + 300, yy + 150), 'Layer opacity (%)', on_enter=lambda app, t: apply(app, True)))
-            for i, o in enumerate(DISPLAY_OPTS):
-                on = o in pend['display']
-                def tog(app, v, o=o):
-                    d = [z for z in app.ui['pending']['display'] if z != o] + ([o] if v else [])
-                    app.ui['pending']['display'] = [z for z in DISPLAY_OPTS if z in d]
-                kids.append(checkbox((x + 30 + (i % 3) * 130, yy + 56 + (i // 3) * 28, x + 150 + (i % 3) * 130, yy + 80 + (i // 3) * 28), o, on, tog))
-        elif tab == 'Selection':
-            kids += fld(app, x, yy, w, 'WHERE conditions')
-            kids.append(label((x + 20, yy + 52, x + w - 20, yy + 70), "SQL without the WHERE keyword, e.g. population > 1000000", fill=COL['dim']))
-        elif tab == 'Colors':
-            kids += fld(app, x, yy, w, 'Feature color') + fld(app, x, yy + 58, w, 'Area fill color') + fld(app, x, yy + 116, w, 'Line width')
-            kids.append(label((x + 20, yy + 168, x + w - 20, yy + 186), "Colours as R:G:B (0-255) or a name; fill 'none' for no fill", fill=COL['dim']))
-        elif tab == 'Points':
-            kids.append(label((x + 20, yy, x + w - 20, yy + 18), 'Point and centroid symbol:'))
-            kids.append(list_box(app, (x + 20, yy + 20, x + 220, yy + 20 + 22 * 8 + 4), 'Point and centroid symbol', list(ICONS), selected=pend['icon'],
-                                 on_select=lambda app, it: app.ui['pending'].update(icon=it)))
-            kids += fld(app, x + 220, yy, w - 220, 'Symbol size')
-        else:
-            kids += fld(app, x, yy, w, 'Attribute column for labels') + fld(app, x, yy + 58, w, 'Label color') + fld(app, x, yy + 116, w, 'Label size')
+        kids += _vprops_tab(app, lay, pend, tab, x, yy, w, fld, apply)
         return kids + [button((x + w - 296, y + h - 40, x + w - 206, y + h - 12), 'Apply', lambda app: apply(app, False))] + \
             _buttons(x, y, w, h, 'OK', lambda app: apply(app, True))
     _dlg(app, f"Properties of {lay['name']}", build, {**{f: p[k] for f, k in F.items()}, 'Layer opacity (%)': str(int(round(lay['opacity'] * 100)))}, 520, 370)

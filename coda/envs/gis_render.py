@@ -59,11 +59,10 @@ def _draw_symbol(d, icon, X, Y, r, col, fill):
         d.line([(X, Y - r), (X, Y + r)], fill=col, width=2)
     else: d.polygon(_icon_pts(icon, X, Y, r), fill=fill, outline=col)
 
-# %% ../../nbs/05d3_gis_render.ipynb #923b05c3
-def _draw_vector(app, img, lay, ext, res, sel):
-    m = app.mapinfo(lay['map'])
+# %% ../../nbs/05d3_gis_render.ipynb #70eb0974
+def _layer_features(app, lay:dict)->tuple:
+    "(the features of vector layer `lay` that pass its `where` filter, its attribute rows by category)"
     p = lay['params']
-    w, s, e, n = ext
     feats = app.features(lay['map'])
     tab = app.table(lay['map'])
     rows = {r['cat']: r for r in tab['rows']}
@@ -72,6 +71,54 @@ def _draw_vector(app, img, lay, ext, res, sel):
             t = parse_where(p['where'], [c for c, _ in tab['columns']])
             feats = [f for f in feats if where_match(t, rows[f['cat']])]
         except WhereError: feats = []
+    return feats, rows
+
+# %% ../../nbs/05d3_gis_render.ipynb #ace43223
+def _draw_shape(d, f:dict, p:dict, disp:list, T, hl:bool, col, fill, wd:int, r:float):
+    "Feature `f`'s shape: area rings, lines or point symbols (`hl`: highlighted as the selected feature)"
+    if f['kind'] == 'area':
+        for ring in f['rings']:
+            pts = T(ring)
+            d.polygon(pts, fill=fill if 'shape' in disp else None, outline=(255, 220, 0) if hl else (col if wd > 0 else None),
+                      width=3 if hl else max(1, wd))
+    elif f['kind'] == 'line':
+        for ln in f['lines']: d.line(T(ln), fill=(255, 220, 0) if hl else col, width=max(1, wd) + (3 if hl else 0), joint='curve')
+    else:
+        for X, Y in T(f['pts']): _draw_symbol(d, p['icon'], X, Y, r + (3 if hl else 0), (255, 200, 0) if hl else col, fill)
+
+# %% ../../nbs/05d3_gis_render.ipynb #3f627f46
+def _draw_vertex_marks(d, f:dict, disp:list, T):
+    "The vertices (red squares) and line directions (arrowheads on every third segment) when `disp` asks for them"
+    if 'vert' in disp:
+        for ring in f.get('rings', []) + f.get('lines', []):
+            for X, Y in T(ring): d.rectangle((X - 1, Y - 1, X + 1, Y + 1), fill=(255, 0, 0))
+    if 'dir' in disp:
+        for ln in f.get('lines', []) + f.get('rings', []):
+            pts = T(ln)
+            for (ax, ay), (bx, by) in list(zip(pts, pts[1:]))[::3]:
+                mx, my, L = (ax + bx) / 2, (ay + by) / 2, math.hypot(bx - ax, by - ay) or 1
+                ux, uy = (bx - ax) / L, (by - ay) / L
+                d.line([(mx - 5 * ux - 3 * uy, my - 5 * uy + 3 * ux), (mx, my), (mx - 5 * ux + 3 * uy, my - 5 * uy - 3 * ux)], fill=(200, 0, 0))
+
+def _draw_topology(d, f:dict, disp:list, T, LX:float, LY:float):
+    "Topology marks: an area's centroid cross and boundary start, a line's two nodes"
+    if 'topo' in disp:
+        if f['kind'] == 'area':
+            d.line([(LX - 4, LY), (LX + 4, LY)], fill=(0, 160, 0), width=2)
+            d.line([(LX, LY - 4), (LX, LY + 4)], fill=(0, 160, 0), width=2)
+            for ring in f['rings']:
+                X, Y = T(ring[:1])[0]
+                d.rectangle((X - 2, Y - 2, X + 2, Y + 2), outline=(0, 120, 0))
+        else:
+            for ln in f.get('lines', []):
+                for X, Y in T([ln[0], ln[-1]]): d.rectangle((X - 2, Y - 2, X + 2, Y + 2), fill=(0, 160, 0))
+
+# %% ../../nbs/05d3_gis_render.ipynb #923b05c3
+def _draw_vector(app, img, lay, ext, res, sel):
+    m = app.mapinfo(lay['map'])
+    p = lay['params']
+    w, s, e, n = ext
+    feats, rows = _layer_features(app, lay)
     op = lay['opacity']
     target = img if op >= 0.999 else img.copy()
     d = ImageDraw.Draw(target)
@@ -84,37 +131,10 @@ def _draw_vector(app, img, lay, ext, res, sel):
     r = max(2, size * 0.8)
     for f in vis:
         hl = f['cat'] == sel
-        if 'shape' in disp or hl:
-            if f['kind'] == 'area':
-                for ring in f['rings']:
-                    pts = T(ring)
-                    d.polygon(pts, fill=fill if 'shape' in disp else None, outline=(255, 220, 0) if hl else (col if wd > 0 else None),
-                              width=3 if hl else max(1, wd))
-            elif f['kind'] == 'line':
-                for ln in f['lines']: d.line(T(ln), fill=(255, 220, 0) if hl else col, width=max(1, wd) + (3 if hl else 0), joint='curve')
-            else:
-                for X, Y in T(f['pts']): _draw_symbol(d, p['icon'], X, Y, r + (3 if hl else 0), (255, 200, 0) if hl else col, fill)
-        if 'vert' in disp:
-            for ring in f.get('rings', []) + f.get('lines', []):
-                for X, Y in T(ring): d.rectangle((X - 1, Y - 1, X + 1, Y + 1), fill=(255, 0, 0))
-        if 'dir' in disp:
-            for ln in f.get('lines', []) + f.get('rings', []):
-                pts = T(ln)
-                for (ax, ay), (bx, by) in list(zip(pts, pts[1:]))[::3]:
-                    mx, my, L = (ax + bx) / 2, (ay + by) / 2, math.hypot(bx - ax, by - ay) or 1
-                    ux, uy = (bx - ax) / L, (by - ay) / L
-                    d.line([(mx - 5 * ux - 3 * uy, my - 5 * uy + 3 * ux), (mx, my), (mx - 5 * ux + 3 * uy, my - 5 * uy - 3 * ux)], fill=(200, 0, 0))
+        if 'shape' in disp or hl: _draw_shape(d, f, p, disp, T, hl, col, fill, wd, r)
+        _draw_vertex_marks(d, f, disp, T)
         LX, LY = T([f['label']])[0]
-        if 'topo' in disp:
-            if f['kind'] == 'area':
-                d.line([(LX - 4, LY), (LX + 4, LY)], fill=(0, 160, 0), width=2)
-                d.line([(LX, LY - 4), (LX, LY + 4)], fill=(0, 160, 0), width=2)
-                for ring in f['rings']:
-                    X, Y = T(ring[:1])[0]
-                    d.rectangle((X - 2, Y - 2, X + 2, Y + 2), outline=(0, 120, 0))
-            else:
-                for ln in f.get('lines', []):
-                    for X, Y in T([ln[0], ln[-1]]): d.rectangle((X - 2, Y - 2, X + 2, Y + 2), fill=(0, 160, 0))
+        _draw_topology(d, f, disp, T, LX, LY)
         if 'cat' in disp: cv.text((LX + 4, LY - 16), str(f['cat']), (220, 0, 0), 11)
         ac = p['attribute_column'].strip()
         if ac:
@@ -153,19 +173,13 @@ def render_map(app)->Image.Image:
     app._cache.update(map_sig=sig, map_img=img)
     return img
 
-# %% ../../nbs/05d3_gis_render.ipynb #580c6e99
-def glyph(cv, kind, box):
-    "A 20×20 toolbar icon drawn with primitives"
-    x, y = box[0] + (box[2] - box[0] - 20) // 2, box[1] + (box[3] - box[1] - 20) // 2
-    d = cv.d
-    blue, dark, red, green = (52, 101, 196), (60, 60, 70), (200, 50, 50), (40, 150, 70)
-    def mag(sign):
-        d.ellipse((x + 2, y + 2, x + 13, y + 13), outline=dark, width=2)
-        d.line([(x + 12, y + 12), (x + 18, y + 18)], fill=dark, width=3)
-        d.line([(x + 5, y + 7.5), (x + 10, y + 7.5)], fill=blue, width=2)
-        if sign == '+': d.line([(x + 7.5, y + 5), (x + 7.5, y + 10)], fill=blue, width=2)
-        if sign == 'box': d.rectangle((x + 5, y + 5, x + 10, y + 10), outline=green)
-        if sign == 'globe': d.ellipse((x + 4, y + 4, x + 11, y + 11), outline=green)
+# %% ../../nbs/05d3_gis_render.ipynb #75898394
+_NAV_GLYPHS = ('pointer', 'pan', 'zoomin', 'zoomout', 'zoomlayer', 'zoomdefault', 'query', 'back')   # drawn by `_glyph_nav`; the rest by `_glyph_data`
+_GLYPH_RGB = (52, 101, 196), (60, 60, 70), (200, 50, 50), (40, 150, 70)   # blue, dark, red, green
+
+def _glyph_data(d, kind:str, x:int, y:int):
+    "The layer, table, file and display icons, with top left (x, y)"
+    blue, dark, red, green = _GLYPH_RGB
     if kind == 'raster':
         for i in range(3):
             for j in range(3):
@@ -197,9 +211,21 @@ def glyph(cv, kind, box):
     elif kind == 'erase':
         d.rectangle((x + 3, y + 3, x + 17, y + 17), fill=(255, 255, 255), outline=dark)
         d.line([(x + 3, y + 17), (x + 17, y + 3)], fill=red, width=2)
-    elif kind == 'pointer': d.polygon([(x + 5, y + 2), (x + 5, y + 17), (x + 9, y + 13), (x + 13, y + 19), (x + 15, y + 18), (x + 11, y + 12),
-                                       (x + 16, y + 12)],
-                                      fill=(255, 255, 255), outline=dark)
+
+# %% ../../nbs/05d3_gis_render.ipynb #7bbe133e
+def _glyph_nav(cv, kind:str, x:int, y:int):
+    "The pointer, pan, zoom, query and back icons, with top left (x, y)"
+    d = cv.d
+    blue, dark, red, green = _GLYPH_RGB
+    def mag(sign):
+        d.ellipse((x + 2, y + 2, x + 13, y + 13), outline=dark, width=2)
+        d.line([(x + 12, y + 12), (x + 18, y + 18)], fill=dark, width=3)
+        d.line([(x + 5, y + 7.5), (x + 10, y + 7.5)], fill=blue, width=2)
+        if sign == '+': d.line([(x + 7.5, y + 5), (x + 7.5, y + 10)], fill=blue, width=2)
+        if sign == 'box': d.rectangle((x + 5, y + 5, x + 10, y + 10), outline=green)
+        if sign == 'globe': d.ellipse((x + 4, y + 4, x + 11, y + 11), outline=green)
+    if kind == 'pointer': d.polygon([(x + 5, y + 2), (x + 5, y + 17), (x + 9, y + 13), (x + 13, y + 19), (x + 15, y + 18), (x + 11, y + 12),
+                                     (x + 16, y + 12)], fill=(255, 255, 255), outline=dark)
     elif kind == 'pan':
         d.line([(x + 10, y + 1), (x + 10, y + 19)], fill=dark, width=2)
         d.line([(x + 1, y + 10), (x + 19, y + 10)], fill=dark, width=2)
@@ -214,6 +240,13 @@ def glyph(cv, kind, box):
         cv.text((x + 7, y + 1), '?', blue, 13)
     elif kind == 'back': d.polygon([(x + 2, y + 10), (x + 10, y + 3), (x + 10, y + 7), (x + 18, y + 7), (x + 18, y + 13), (x + 10, y + 13), (x + 10, y + 17)],
                                    fill=blue)
+
+# %% ../../nbs/05d3_gis_render.ipynb #580c6e99
+def glyph(cv, kind, box):
+    "A 20×20 toolbar icon drawn with primitives"
+    x, y = box[0] + (box[2] - box[0] - 20) // 2, box[1] + (box[3] - box[1] - 20) // 2
+    if kind in _NAV_GLYPHS: _glyph_nav(cv, kind, x, y)
+    else: _glyph_data(cv.d, kind, x, y)
 
 # %% ../../nbs/05d3_gis_render.ipynb #3820072b
 def mini_icon(cv, kind, x, y):

@@ -291,18 +291,10 @@ def _console(app):
     out.append(button((966, 748, 1026, 774), 'Clear', lambda app: app.state.update(console=[])))
     return out
 
-# %% ../../nbs/05d5_gis_window.ipynb #37fc226d
-def _attr_table(app):
-    st = app.state
-    t = st['table']
+# %% ../../nbs/05d5_gis_window.ipynb #6c3d5d1e
+def _table_query(app, t:dict, tab:dict, cols:list, rows:list)->list:
+    "The SQL WHERE field with its Apply and Clear buttons, and the count of records shown"
     out = []
-    if not t['map'] or app.layer(t['map']) is None:
-        out.append(label((250, 570, 1000, 590), 'No table loaded. Select a vector map layer and choose Show attribute data (layer menu or toolbar).',
-                         fill=COL['dim']))
-        return out
-    tab = app.table(t['map'])
-    rows, err = app.table_rows()
-    cols = [c for c, _ in tab['columns']]
     def apply(app, text=None):
         text = app.ui['fields'].get('SQL WHERE', '') if text is None else text
         try: parse_where(text, cols) if text.strip() else None
@@ -322,7 +314,12 @@ def _attr_table(app):
         apply(app, '')
     out.append(button((790, 558, 850, 582), 'Clear', clear))
     out.append(label((858, 561, 1026, 579), f"{len(rows)} of {len(tab['rows'])} records", fill=COL['accent']))
-    x1, x2 = 237, 1026
+    return out
+
+# %% ../../nbs/05d5_gis_window.ipynb #c0159448
+def _table_headings(t:dict, cols:list, x1:int, x2:int)->tuple:
+    "(each column's left x, its width, the heading widgets): a click sorts by the column, a second click reverses"
+    out = []
     widths = [46 if c == 'cat' else 0 for c in cols]
     rest = (x2 - x1 - sum(widths)) / max(1, sum(1 for w in widths if w == 0))
     widths = [w or int(rest) for w in widths]
@@ -338,6 +335,51 @@ def _attr_table(app):
             if t['sort'] == c: t['desc'] = not t['desc']
             else: t.update(sort=c, desc=False)
         out.append(Widget('heading', c, (x, 586, x + w, 606), draw=hdraw, on_click=sort))
+    return xs, widths, out
+
+# %% ../../nbs/05d5_gis_window.ipynb #c202f166
+def _table_row(app, t:dict, r:dict, i:int, off:int, key:str, # the table state, the record, its place on screen, the scroll offset, the naming column
+               cols:list, xs:list, widths:list, x1:int, x2:int, scroll)->Widget: # the columns' names, lefts and widths; the body's edges; the wheel
+    "One record's row: striped or selected; a double click edits the record, a right click opens its menu"
+    y = 607 + i * 20
+    sel = t['sel'] == r['cat']
+    def rdraw(cv, wd, sel=sel, i=i):
+        if sel: cv.rect((wd.box[0] + 1, wd.box[1], wd.box[2] - 1, wd.box[3] - 1), fill=COL['sel'])
+        elif (i + off) % 2: cv.rect((wd.box[0] + 1, wd.box[1], wd.box[2] - 1, wd.box[3] - 1), fill=(246, 247, 250))
+        draw_children(cv, wd)
+    def click(app, a, b, n, cat=r['cat']):
+        t['sel'] = cat
+        if n == 2: edit_record_dialog(app, cat)
+    def right(app, a, b, cat=r['cat']):
+        t['sel'] = cat
+        app.context_menu([MenuItem('Edit selected record', lambda app: edit_record_dialog(app, cat)),
+                          MenuItem('Zoom to selected feature(s)', lambda app: _zoom_feature(app, cat)),
+                          MenuItem('Highlight selected features', lambda app: None), None,
+                          MenuItem('Delete selected record(s) and feature(s)',
+                                   lambda app: run_module(app, f"v.edit map={t['map']} tool=delete cats={cat}"))], a, b)
+    row = Widget('row', str(r.get(key)), (x1, y, x2, y + 20), ('selected',) if sel else (), draw=rdraw, on_click=click, on_right=right, on_scroll=scroll)
+    for c, x, w in zip(cols, xs, widths):
+        v = cell_text(r.get(c))
+        row.add(Widget('cell', v, (x, y, x + w, y + 20), 
+                       draw=lambda cv, wd, v=v: cv.text((wd.box[0] + 5, wd.box[1] + 2), v, COL['text'], 12, clip=wd.box[2] - wd.box[0] - 8)))
+    return row
+
+# %% ../../nbs/05d5_gis_window.ipynb #37fc226d
+def _attr_table(app):
+    st = app.state
+    t = st['table']
+    out = []
+    if not t['map'] or app.layer(t['map']) is None:
+        out.append(label((250, 570, 1000, 590), 'No table loaded. Select a vector map layer and choose Show attribute data (layer menu or toolbar).',
+                         fill=COL['dim']))
+        return out
+    tab = app.table(t['map'])
+    rows, err = app.table_rows()
+    cols = [c for c, _ in tab['columns']]
+    out += _table_query(app, t, tab, cols, rows)
+    x1, x2 = 237, 1026
+    xs, widths, heads = _table_headings(t, cols, x1, x2)
+    out += heads
     vis = 8
     off = max(0, min(app.ui['scroll'].get('Attribute table', 0), len(rows) - vis))
     def scroll(app, d, x, y):
@@ -350,29 +392,7 @@ def _attr_table(app):
         if len(rows) > vis: scroll_bar(cv, wd.box, off, vis, len(rows))
     body.draw = bdraw
     key = 'name' if 'name' in cols else 'cat'
-    for i, r in enumerate(rows[off:off + vis]):
-        y = 607 + i * 20
-        sel = t['sel'] == r['cat']
-        def rdraw(cv, wd, sel=sel, i=i):
-            if sel: cv.rect((wd.box[0] + 1, wd.box[1], wd.box[2] - 1, wd.box[3] - 1), fill=COL['sel'])
-            elif (i + off) % 2: cv.rect((wd.box[0] + 1, wd.box[1], wd.box[2] - 1, wd.box[3] - 1), fill=(246, 247, 250))
-            draw_children(cv, wd)
-        def click(app, a, b, n, cat=r['cat']):
-            t['sel'] = cat
-            if n == 2: edit_record_dialog(app, cat)
-        def right(app, a, b, cat=r['cat']):
-            t['sel'] = cat
-            app.context_menu([MenuItem('Edit selected record', lambda app: edit_record_dialog(app, cat)),
-                              MenuItem('Zoom to selected feature(s)', lambda app: _zoom_feature(app, cat)),
-                              MenuItem('Highlight selected features', lambda app: None), None,
-                              MenuItem('Delete selected record(s) and feature(s)',
-                                       lambda app: run_module(app, f"v.edit map={t['map']} tool=delete cats={cat}"))], a, b)
-        row = Widget('row', str(r.get(key)), (x1, y, x2, y + 20), ('selected',) if sel else (), draw=rdraw, on_click=click, on_right=right, on_scroll=scroll)
-        for c, x, w in zip(cols, xs, widths):
-            v = cell_text(r.get(c))
-            row.add(Widget('cell', v, (x, y, x + w, y + 20), 
-                           draw=lambda cv, wd, v=v: cv.text((wd.box[0] + 5, wd.box[1] + 2), v, COL['text'], 12, clip=wd.box[2] - wd.box[0] - 8)))
-        body.add(row)
+    for i, r in enumerate(rows[off:off + vis]): body.add(_table_row(app, t, r, i, off, key, cols, xs, widths, x1, x2, scroll))
     out.append(body)
     return out
 
