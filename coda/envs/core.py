@@ -185,7 +185,7 @@ class Env(Protocol):
 
 # %% ../../nbs/05_envs.ipynb #fd18ab53
 ENVS: dict = {}
-BUILTIN_ENVS = {'scidesk': 'coda.envs.scidesk', 'desktop': 'coda.envs.desktop'}  # imported on first use
+BUILTIN_ENVS = {'scidesk': 'coda.envs.scidesk', 'desktop': 'coda.envs.desktop', 'vm': 'coda.envs.vm'}  # imported on first use
 
 def register_env(name:str, factory:Callable):
     "Register an environment factory under `name` (a callable taking keyword options, returning an Env)"
