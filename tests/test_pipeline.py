@@ -2,7 +2,7 @@
 through: models served over HTTP on 127.0.0.1 by coda's own server, training under `accelerate launch` with two
 processes, every stage recorded in pipeline.json; killed once mid-stage (SIGKILL) and resumed to the tables. Also:
 the paper config's plan, a row whose model is not served, a changed config, and the library never importing coda.mini."""
-import ast, json, os, signal, socket, subprocess, sys, time
+import ast, json, os, shutil, signal, socket, subprocess, sys, time
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -119,14 +119,22 @@ def test_no_library_module_imports_the_miniature():
             bad += [f'{f.name}: {n}' for n in names if n.startswith(('coda.mini', 'mini'))]
     assert not bad, bad
 
-def test_paper_config_runs_on_a_real_desktop_with_tiny_models_in_its_place(tmp_path, tiny):
-    """params/paper.yaml as it is (desktop env, no train split, every task a test task, Table 2 on the baseline's evaluation, the plan's
-    stages), with only what a CPU cannot hold swapped: tiny models on coda's own server instead of vLLM, two CPU processes instead of
-    DeepSpeed, no judge training (no labelled trajectories here), small sizes"""
+def test_paper_config_runs_on_scienceboards_server_with_tiny_models_in_its_place(tmp_path, tiny):
+    """params/paper.yaml as it is (ScienceBoard's task files in its VMs through `--env vm`, no train split, every task a test task,
+    Table 2 on the baseline's evaluation, the plan's stages), with only what a CPU cannot hold swapped: tiny models on coda's own server
+    instead of vLLM, two CPU processes instead of DeepSpeed, no judge training (no labelled trajectories here), small sizes, and for the
+    VMs ScienceBoard's real in-VM server on this machine (provider local) with Debian's KAlgebra for ScienceBoard's fork"""
     from needs import need_programs
-    need_programs('Xvfb', 'xdotool', 'openbox', 'kalgebra', 'calgebra')
-    run = tmp_path/'paper'
-    sets = [f'models.planner={{path: "{tiny}"}}', 'models.executor={backend: coda.mini.grounder:A11yGrounder}',
+    from coda.envs.vmclient import free_port
+    from coda.paths import SHARED
+    need_programs('Xvfb', 'xdotool', 'openbox', 'scrot', 'kalgebra')
+    run, port = tmp_path/'paper', free_port()
+    vm = (f'{{provider: local, port: {port}, item_pause: 0, settle: 0.3, setup_tries: 1, '
+          f'rewrite: "LD_LIBRARY_PATH=/home/user/6.5.0/gcc_64/lib =>;/app/bin/kalgebra {port}=>kalgebra"}}')
+    src = tmp_path/'tasks'/'KAlgebra'   # ScienceBoard's KAlgebra files whose set-up runs without the fork's server (launch, touch)
+    src.mkdir(parents=True)
+    for t in ('D-03', 'C-01'): shutil.copy(SHARED/'data'/'scienceboard'/'tasks'/'KAlgebra'/f'{t}.json', src)
+    sets = [f'tasks.source={src.parent}', f'tasks.env_opts={vm}',f'models.planner={{path: "{tiny}"}}', 'models.executor={backend: coda.mini.grounder:A11yGrounder}',
             f'models.judge={{path: "{tiny}"}}', 'models.teacher={backend: coda.mini.teacher:TemplateTeacher}',
             'serving={kind: local}', 'launch={cpu: true, num_processes: 2}', 'judging.train=null', 'judging.max_tokens=8', 'judging.workers=2',
             'tasks.apps=[KAlgebra]', 'tasks.test_per_app=2', 'evaluation.test_samples=1', 'agent.workers=2', 'agent.retries=0',
@@ -140,7 +148,9 @@ def test_paper_config_runs_on_a_real_desktop_with_tiny_models_in_its_place(tmp_p
     assert stages['tasks']['outputs']['train'] == [] and len(stages['tasks']['outputs']['test']) == 2   # train_split: null
     assert stages['eval_test_stage1']['outputs']['planners'] == {'KAlgebra': 'baseline'}              # nothing to learn from: the baseline
     recs = [json.loads(p.read_text()) for p in (run/'eval'/'test'/'baseline'/'KAlgebra').glob('episodes/*/*/*/result.json')]
-    assert len(recs) == 2 and all(r['status'] in ('done', 'error') for r in recs)                     # real KAlgebra episodes, checked
+    assert len(recs) == 2 and all(r['status'] in ('done', 'error') for r in recs)                     # real KAlgebra episodes in the VM
+    steps = list((run/'eval'/'test'/'baseline'/'KAlgebra').glob('episodes/*/*/*/steps.jsonl'))
+    assert any(f.read_text().strip() for f in steps), 'no episode got to a step'          # not every one failed its set-up
     assert stages['table2']['outputs']['runs'] == [str(run/'eval'/'test'/'baseline'/'KAlgebra')]
     t1 = pd.read_csv(tmp_path/'figures'/'table1.csv')
     assert t1[t1['app'] == 'KAlgebra']['paper (ScienceBoard) Pass@8'].tolist() == [29.03, 41.94, 48.39]   # KAlgebra stands for Algebra

@@ -196,3 +196,49 @@ def test_vms_in_ray_actors(tmp_path, ray_here):
     end = time.time() + 20
     while desktop_processes() and time.time() < end: time.sleep(0.2)
     assert desktop_processes() == []
+
+def kalgebras(vm)->list:
+    "The KAlgebra processes on a LocalVM's desktop"
+    out = []
+    for p in vm.desktop.processes():
+        try: cmd = Path(f'/proc/{p}/cmdline').read_bytes()
+        except OSError: continue
+        if cmd.split(b'\0')[0].endswith(b'kalgebra'): out.append(p)
+    return out
+
+@pytest.mark.xvfb
+def test_url_vms_cleaned_between_tasks_and_a_dead_one_replaced(tmp_path):
+    "VMs by URL: the next task finds the last one's KAlgebra stopped (no snapshot to revert); when a VM dies mid-episode the pool retries on the other"
+    needs_vm()
+    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.envs.vm import VMEnv
+    from coda.models import OpenAIChat
+    from coda.rollout import run_episodes
+    d03 = load_task(TASKS/'D-03.json')
+    with LocalVM() as a, LocalVM() as b:
+        vms, leased = {a.url: a, b.url: b}, []
+        def make():
+            env = VMEnv(url=f'{a.url},{b.url}', lease_dir=str(tmp_path/'leases'), rewrite=KAL, item_pause=0, settle=0.3, setup_tries=1,
+                        port=PORT, retries=1, timeout=10)
+            leased.append(env.vm.url)
+            return env
+        with make() as env:
+            vm = vms[env.vm.url]
+            for _ in range(2):
+                env.reset(d03)
+                vm.desktop.wait(lambda: len(kalgebras(vm)) == 1, 30, 'one KAlgebra')
+        killed = []
+        def dying(body):
+            if not killed:   # the first planner call: the VM the episode runs on dies
+                killed.append(leased[-1])
+                os.killpg(vms[leased[-1]].proc.pid, signal.SIGKILL)
+            return policy(body)
+        with ScriptedServer(dying) as srv:
+            async def go():
+                m = OpenAIChat(srv.url, 'planner')
+                try: return await run_episodes([d03], make, Agent(m, m, AgentConfig()), RunStore(tmp_path/'run', {}), n=1, workers=1, progress=False, retries=1)
+                finally: await m.aclose()
+            run_sync(go())
+    recs = RunStore(tmp_path/'run').records()
+    assert len(recs) == 1 and recs[0]['score'] == 1.0, recs
+    assert leased[-1] != killed[0] and len(leased) == 3, (leased, killed)   # the retry ran on the other VM
