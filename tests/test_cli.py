@@ -86,13 +86,14 @@ def test_serve_a_pipelines_rows_one_server_per_model(tmp_path):
     assert out.returncode == 0, out.stderr
     assert [l.split('--served-model-name ')[1].split()[0] for l in out.stdout.strip().splitlines()] == ['baseline', 'executor']
     run.mkdir()
-    stages = {f'stage1_{a}': {'status': 'done', 'outputs': {'model': f'/ckpt/{a}'}} for a in ('KAlgebra', 'GrassGIS')}
+    apps = ('KAlgebra', 'ChimeraX', 'GrassGIS', 'Celestia')   # params/paper.yaml's: ScienceBoard's four apps of Table 1
+    stages = {f'stage1_{a}': {'status': 'done', 'outputs': {'model': f'/ckpt/{a}'}} for a in apps}
     stages['stage2'] = {'status': 'done', 'outputs': {'model': '/ckpt/generalist'}}
     (run/'pipeline.json').write_text(json.dumps({'stages': stages}))
     out = subprocess.run(cmd, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert [l.split('--served-model-name ')[1].split()[0] for l in lines] == ['baseline', 'stage1-KAlgebra', 'stage1-GrassGIS', 'stage2', 'executor']
+    assert [l.split('--served-model-name ')[1].split()[0] for l in lines] == ['baseline', *(f'stage1-{a}' for a in apps), 'stage2', 'executor']
     assert 'vllm serve /ckpt/KAlgebra ' in lines[1] and lines[1].startswith('CUDA_VISIBLE_DEVICES=4,5,6,7 ')   # tensor parallel 4, as its base
 
 def test_serve_without_vllm_is_a_clear_error():

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['STOP_KINDS', 'OPENING', 'parse_rewrite', 'VMEnv', 'launched_programs', 'with_opening']
 
-# %% ../../nbs/05m_vm.ipynb #1fc5a863
+# %% ../../nbs/05m_vm.ipynb #dbee1e13
 import copy, time
 from dataclasses import is_dataclass, replace
 from typing import Sequence
@@ -16,7 +16,7 @@ from .vm_apps import VM_APPS
 from .vm_fleet import acquire
 from ..tasks import NO_CHECKS, translate_task
 
-# %% ../../nbs/05m_vm.ipynb #333dbb0f
+# %% ../../nbs/05m_vm.ipynb #29168da2
 def parse_rewrite(spec:str|dict|None, # 'OLD=>NEW;OLD2=>NEW2', or a dict, or None
                  )->dict: # OLD -> NEW
     "Literal replacements for set-up commands, from an option string or a dict"
@@ -30,7 +30,7 @@ def parse_rewrite(spec:str|dict|None, # 'OLD=>NEW;OLD2=>NEW2', or a dict, or Non
         out[old] = new
     return out
 
-# %% ../../nbs/05m_vm.ipynb #c426646d
+# %% ../../nbs/05m_vm.ipynb #bc5e50b5
 STOP_KINDS = {'answer': 'ANS', 'fail': 'FAIL', 'finished': 'DONE'}   # actions that end an episode, as ScienceBoard's stop types
 
 class VMEnv:
@@ -60,7 +60,7 @@ class VMEnv:
         self.app, self.task, self.stop, self.answer, self.check_reasons, self.dirty = None, None, None, None, [], False
     def __repr__(self): return f"VMEnv({self.vm.url!r})"
 
-# %% ../../nbs/05m_vm.ipynb #8cb3f750
+# %% ../../nbs/05m_vm.ipynb #75dfd0b1
 from fastcore.basics import patch
 from PIL import Image
 import io
@@ -74,7 +74,7 @@ def observe(self:VMEnv)->Observation:
     obs.screenshot = Image.open(io.BytesIO(png))
     return obs
 
-# %% ../../nbs/05m_vm.ipynb #ff80364c
+# %% ../../nbs/05m_vm.ipynb #d331e722
 import re, shlex
 
 def launched_programs(commands:list, # the commands a task's `launch` items sent (strings or argv lists)
@@ -88,13 +88,13 @@ def launched_programs(commands:list, # the commands a task's `launch` items sent
         if prog and prog not in out: out.append(prog)
     return out
 
-# %% ../../nbs/05m_vm.ipynb #c9e23f8c
+# %% ../../nbs/05m_vm.ipynb #2896e3a3
 @patch
 def _clean(self:VMEnv):
     "Stop what the last task launched (or run the `cleanup` command) in the VM"
     if not self.cleanup or self.app is None: return
     if self.cleanup != 'launched': return self.client.execute(self.cleanup, shell=True)
-    for prog in launched_programs(self.app.launched()): self.client.execute(['pkill', '-f', '--', prog])
+    for prog in launched_programs(self.app.launched()): self.client.execute(['pkill', '-s', '0', '-f', f'^{re.escape(prog)}( |$)'])
 
 @patch
 def _revert(self:VMEnv):
@@ -105,7 +105,7 @@ def _revert(self:VMEnv):
         self.client.close()
         self.client = VMClient(self.vm.url, self.timeout, self.retries)
 
-# %% ../../nbs/05m_vm.ipynb #07ae61b8
+# %% ../../nbs/05m_vm.ipynb #1e5445b0
 _GNOME_GRASS = 'gnome-terminal -- /bin/bash -ic "FLASK_PORT=8000 grass --gui /home/user/grassdata/world_latlong_wgs84/PERMANENT"'
 OPENING = {   # each app's usual opening: the set-up most of its ScienceBoard task files start with
     'KAlgebra': [{'func': 'launch', 'wait': 2.5, 'command': 'LD_LIBRARY_PATH=/home/user/6.5.0/gcc_64/lib /app/bin/kalgebra «PORTLIKE»', 'shell': True}],
@@ -124,7 +124,7 @@ def with_opening(task):
     if getattr(task, 'initialize', None) or task.app not in OPENING: return task
     return replace(task, initialize=copy.deepcopy(OPENING[task.app])) if is_dataclass(task) else task
 
-# %% ../../nbs/05m_vm.ipynb #9eabaee9
+# %% ../../nbs/05m_vm.ipynb #dea53d87
 def _app_class(name:str):
     if name not in VM_APPS: raise InitializeError(f"no VM app {name!r}; the VM environment knows {sorted(VM_APPS)}")
     return VM_APPS[name]
@@ -155,7 +155,7 @@ def reset(self:VMEnv, task)->Observation:
     time.sleep(self.settle)
     return self.observe()
 
-# %% ../../nbs/05m_vm.ipynb #af6bfe82
+# %% ../../nbs/05m_vm.ipynb #096a196e
 @patch
 def step(self:VMEnv, actions:Sequence)->Observation:
     "Perform the actions in the VM and observe"
