@@ -6,8 +6,15 @@ BIN     := $(VENV)/bin
 # the stamp is named by the dependency files' content, not their dates (tools may rewrite them unchanged)
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-16)
 UITARS5 := $(VENV)/opt/ui-tars-0.5.1
+# The GPU environment: torch (CUDA), vLLM, TRL, transformers, PEFT, accelerate and DeepSpeed, versions pinned together
+# in constraints-gpu.txt (tests/test_gpuenv.py resolves them), with coda itself, so GRPO imports vLLM in its process
+# and `trl vllm-serve` runs from .venv-gpu/bin/trl (transformers[serving]: coda's own server works there too, as in .venv).
+GPU_VENV  := .venv-gpu
+GPU_BIN   := $(GPU_VENV)/bin
+GPU_REQS  := -e ".[gpu]"
+GPU_STAMP := $(GPU_VENV)/.installed-$(shell cat pyproject.toml constraints-gpu.txt 2>/dev/null | sha256sum | cut -c1-16)
 
-.PHONY: setup sysdeps reproduce test check lib readme clean-runs help serve
+.PHONY: setup sysdeps reproduce test check lib readme clean-runs help serve gpu-setup
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## / -- /'
 
@@ -38,9 +45,21 @@ lib: $(STAMP)  ## regenerate coda/ and README.md from the notebooks
 	$(BIN)/nbdev-export
 	$(BIN)/python -m coda.readme
 
-serve: $(STAMP)  ## GPU machines only: create .venv-vllm (vLLM, its own pins) and serve the paper's planner and executor (SERVE_ARGS=... passes options)
-	@test -x .venv-vllm/bin/vllm || { $(PY) -m venv .venv-vllm && .venv-vllm/bin/python -m pip install -q --upgrade pip && .venv-vllm/bin/python -m pip install -q vllm; }
-	$(BIN)/coda serve --vllm .venv-vllm/bin/vllm $(SERVE_ARGS)
+$(GPU_STAMP):
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coda needs Python >= 3.11")'
+	@test -x $(GPU_BIN)/python || $(PY) -m venv $(GPU_VENV) || { echo "'$(PY) -m venv' failed: on Debian install python3-venv (apt-get install python3-venv)"; exit 1; }
+	$(GPU_BIN)/python -m pip install -q --upgrade pip
+	$(GPU_BIN)/python -m pip install -q -c constraints-gpu.txt $(GPU_REQS)
+	@$(GPU_BIN)/python -c 'import sys, torch; sys.exit(None if torch.version.cuda else f"$(GPU_VENV) got torch {torch.__version__}, a CPU build: see pip config list for a find-links or index that serves one")'
+	@rm -f $(GPU_VENV)/.installed-*; touch $(GPU_STAMP)
+
+gpu-setup: $(GPU_STAMP)  ## GPU machines only: create .venv-gpu (coda with torch, vLLM, TRL, PEFT, accelerate, DeepSpeed: constraints-gpu.txt)
+
+serve: $(STAMP)  ## GPU machines only: serve the paper's planner and executor with .venv-gpu's vLLM (made when missing; an older .venv-vllm is used if there is no .venv-gpu) (SERVE_ARGS=... passes options)
+	@if [ ! -x $(GPU_BIN)/vllm ] && [ -x .venv-vllm/bin/vllm ]; then vllm=.venv-vllm/bin/vllm; \
+	  echo "serving with .venv-vllm (vLLM unpinned; make gpu-setup creates .venv-gpu, vLLM pinned with TRL)"; \
+	else $(MAKE) --no-print-directory gpu-setup || exit 1; vllm=$(GPU_BIN)/vllm; fi; \
+	$(BIN)/coda serve --vllm $$vllm $(SERVE_ARGS)
 
 clean-runs:  ## delete run folders
 	rm -rf runs _runs

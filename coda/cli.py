@@ -299,11 +299,11 @@ def _cmd_serve(a):
     else:
         servers = list(PAPER_SERVERS)
         if a.judge_model: servers.append(VLLMServer(a.judge_model, 'judge', 8002, a.judge_tp, images=8))
-    vllm = a.vllm or (str(Path('.venv-vllm/bin/vllm')) if Path('.venv-vllm/bin/vllm').exists() else 'vllm')
+    vllm = a.vllm or next((p for p in ('.venv-gpu/bin/vllm', '.venv-vllm/bin/vllm') if Path(p).exists()), 'vllm')
     cmds = vllm_commands(servers, vllm=vllm, host=a.host, first_gpu=a.first_gpu)
     for argv, env in cmds: print(' '.join(f'{k}={v}' for k, v in env.items()), shlex.join(argv))
     if a.dry_run: return
-    if not shutil.which(vllm): sys.exit(f"{vllm} not found: `make serve` creates .venv-vllm with vLLM (a GPU machine), or give --vllm")
+    if not shutil.which(vllm): sys.exit(f"{vllm} not found: `make serve` creates .venv-gpu with vLLM (make gpu-setup; a GPU machine), or give --vllm")
     procs = [subprocess.Popen(argv, env={**os.environ, **env}) for argv, env in cmds]
     try:
         while all(p.poll() is None for p in procs): time.sleep(1)
@@ -318,7 +318,7 @@ def _cmd_serve(a):
 
 def _add_serve(sub):
     c = sub.add_parser('serve', help="serve models with vLLM on GPUs: CODA's planner and executor, or a pipeline's rows",
-                       description="Start vLLM servers, GPUs handed out in order (vLLM lives in its own environment: make serve). Without --config: "
+                       description="Start vLLM servers, GPUs handed out in order (vLLM lives in the GPU environment: make gpu-setup). Without --config: "
                                    "CODA's released planner as coda-planner (TP 4) and UI-TARS-1.5-7B as tars1.5-grounding (TP 2). With --config: "
                                    "one server per planner the pipeline's Table-1 rows need (baseline, stage1-<app>, stage2) and the executor.")
     c.add_argument('--config', help="a pipeline config (params/paper.yaml): serve its rows' planners from its run folder")
@@ -330,7 +330,7 @@ def _add_serve(sub):
     c.add_argument('--judge-tp', type=int, default=4, help='its GPUs (default 4)')
     c.add_argument('--first-gpu', type=int, default=0, help='first GPU index to hand out')
     c.add_argument('--host', default='0.0.0.0')
-    c.add_argument('--vllm', help='the vllm executable (default .venv-vllm/bin/vllm, else vllm on PATH)')
+    c.add_argument('--vllm', help='the vllm executable (default .venv-gpu/bin/vllm, else .venv-vllm/bin/vllm, else vllm on PATH)')
     c.add_argument('--dry-run', action='store_true', help='print the commands only')
     c.set_defaults(fn=_cmd_serve)
 
@@ -348,6 +348,12 @@ def _add_generate(sub):
               help='a served teacher model proposes new tasks per app, written as task files (ScienceBoard format)',
                        description='Ask a teacher (an OpenAI-compatible VLM, shown the app\'s opening screen) for new tasks; they are parsed, validated, '
                                    'de-duplicated against known and test tasks, given checkers where a template allows, and written as task files. Resumable.')
+
+def _add_plan(sub):
+    from coda.plan import add_plan_args, run_plan
+    _delegate(sub, 'plan', add_plan_args, run_plan, help="each training stage's and served model's memory per GPU and GPU count, before anything launches",
+              description="Compute from the models' configs and a pipeline config each stage's memory per GPU (weights, gradients, optimizer, reference, "
+                          "activations, vLLM, overhead) and GPUs, and each server's weights and KV cache; exit 1 with what to change when one does not fit.")
 
 def _add_train(sub):
     from coda.grpo import add_grpo_args, run_grpo_command
@@ -404,7 +410,7 @@ def build_parser()->argparse.ArgumentParser:
     sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
     _add_pipeline(sub, 'pipeline', str(PARAMS/'mini.yaml'), "run CODA's whole pipeline from a config (params/mini.yaml on CPU, params/paper.yaml on GPUs)")
     _add_pipeline(sub, 'reproduce', str(PARAMS/'mini.yaml'), 'the reproduction: the pipeline with the CPU miniature config (make reproduce)')
-    for add in (_add_config, _add_parse, _add_eval, _add_judge, _add_view, _add_serve):
+    for add in (_add_config, _add_parse, _add_eval, _add_judge, _add_view, _add_serve, _add_plan):
         add(sub)
     for add in (_add_serve_local, _add_generate, _add_train):   # their modules need the optional extras
         try: add(sub)

@@ -296,8 +296,10 @@ def add_judge_args(p):
     g.add_argument('--no-lora', action='store_true', help='fine-tune the whole language model instead of a LoRA')
     p.add_argument('--steps', type=int, help=f"optimizer steps (default {PAPER_STEPS}, the paper's)")
     p.add_argument('--lr', type=float, help='learning rate (default 1e-4 with LoRA, 1e-5 without)')
-    p.add_argument('--batch-size', type=int, help='rows per device per step (default 1)')
-    p.add_argument('--grad-accum', type=int, help='gradient accumulation steps (default 1)')
+    p.add_argument('--batch-size', '--per-device-train-batch-size', dest='batch_size', type=int, help='rows per device per step (default 1)')
+    p.add_argument('--grad-accum', '--gradient-accumulation-steps', dest='grad_accum', type=int, help='gradient accumulation steps (default 1)')
+    p.add_argument('--gradient-checkpointing', action='store_true', help='activation (gradient) checkpointing: less memory, slower')
+    p.add_argument('--max-length', type=int, help='truncate longer rows to this many tokens (default: never; truncation cuts the verdict)')
     p.add_argument('--frames', type=int, help='keyframes per request, as the judge will be served (default 8)')
     p.add_argument('--resolution', type=size_arg, help='scale frames to fit WxH, as the judge will be served (default: as stored)')
     p.add_argument('--codec', help='dotted name of the codec the judge reads requests through (coda.serve.load_codec)')
@@ -314,8 +316,10 @@ def _judge_kwargs(a)->dict:
     if a.config:
         import yaml
         kw = yaml.safe_load(Path(a.config).read_text()) or {}
+    kw.pop('launch', None)   # a preset's launcher settings (accelerate config, processes) are `coda pipeline`'s
     flags = dict(lora_r=a.lora_r, steps=a.steps, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum, max_frames=a.frames,
-                 resolution=a.resolution, codec=a.codec, seed=a.seed, lora=False if a.no_lora else None, cpu=True if a.cpu else None)
+                 resolution=a.resolution, codec=a.codec, seed=a.seed, lora=False if a.no_lora else None, cpu=True if a.cpu else None,
+                 checkpointing=True if a.gradient_checkpointing else None, max_length=a.max_length)
     kw.update({k: v for k, v in flags.items() if v is not None})
     if isinstance(kw.get('resolution'), list): kw['resolution'] = tuple(kw['resolution'])
     return kw

@@ -192,7 +192,7 @@ def _wait(self:Servers, s:dict, name:str, logf:Path):
         if s['proc'].poll() is not None:
             raise RuntimeError(f"the server of {name} exited ({s['proc'].returncode}); {logf}:\n{log_tail(logf)}")
         try:
-            if httpx.get(s['url'].removesuffix('/v1') + '/health', timeout=5).status_code == 200: return
+            if httpx.get(s['url'].removesuffix('/v1') + '/health', timeout=5, follow_redirects=True).status_code == 200: return
         except httpx.HTTPError: pass
         if time.monotonic() - t0 > self.cfg.start_timeout: raise TimeoutError(f"the server of {name} was not up after {self.cfg.start_timeout:g} s; {logf}")
         time.sleep(2)
@@ -215,6 +215,30 @@ def release(self:Servers, keep:Sequence=()):
         s = self.vllm.pop(name)
         if s['proc'] is not None: _stop(s['proc'])
         self.free = sorted(self.free + s['gpus'])
+
+# %% ../nbs/16a_launch.ipynb #adaee9f6
+@patch
+def start_generation(self:Servers, path:str,   # the planner's weights (the stage's starting point)
+                     name:str,                 # its name in plans and logs
+                     gpus:int,                 # GPUs of the server (its tensor parallel size)
+                    )->str: # the server's base URL (GRPOConfig's vllm_server_base_url)
+    "Serve `path` with `trl vllm-serve` for GRPO's generation (vllm_mode server) on `gpus` GPUs from the pool"
+    if len(self.free) < gpus: raise RuntimeError(f"{name} needs {gpus} GPU(s); free: {self.free}")
+    ids, port = self.free[:gpus], self._port
+    del self.free[:gpus]
+    self._port += 1
+    trl = self.cfg.trl or str(Path(self.cfg.vllm).parent/'trl')
+    argv = [trl, 'vllm-serve', '--model', str(path), '--tensor-parallel-size', str(gpus), '--host', self.cfg.host, '--port', str(port),
+            '--max-model-len', str(self.cfg.max_model_len)]
+    s = self.vllm[name] = dict(url=f'http://{self.cfg.host}:{port}', gpus=ids, argv=argv, proc=None)
+    if not self.plan_only:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        logf = self.logs/f'server-{name}.log'
+        with open(logf, 'ab') as f:
+            s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                                         env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, ids))})
+        self._wait(s, name, logf)
+    return s['url']
 
 # %% ../nbs/16a_launch.ipynb #88588b8c
 @patch

@@ -764,7 +764,7 @@ PAPER_SERVERS = (VLLMServer('OpenIXCLab/CODA-PLANNER-TARS-32B', 'coda-planner', 
                  VLLMServer('ByteDance-Seed/UI-TARS-1.5-7B', 'tars1.5-grounding', 8001, tp=2))
 
 def vllm_commands(servers=PAPER_SERVERS,     # the servers to start, in GPU order
-                  vllm:str='vllm',           # the vllm executable (e.g. .venv-vllm/bin/vllm)
+                  vllm:str='vllm',           # the vllm executable (e.g. .venv-gpu/bin/vllm)
                   host:str='0.0.0.0',        # interface to listen on
                   first_gpu:int=0,           # GPUs are handed out consecutively from here
                  )->list: # [(argv, env additions)] per server

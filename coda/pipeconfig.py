@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['ModelRef', 'Models', 'Serving', 'Launch', 'Tasks', 'AgentSettings', 'Generate', 'Explore', 'Judging', 'Evaluation',
-           'Table2', 'Tables', 'PipelineConfig', 'merge_dicts', 'set_key', 'load_config', 'config_dict', 'Record',
-           'Stage', 'config_changes']
+           'Table2', 'Tables', 'PipelineConfig', 'merge_dicts', 'set_key', 'load_config', 'config_dict',
+           'stage_settings', 'Record', 'Stage', 'config_changes']
 
 # %% ../nbs/16_pipeconfig.ipynb #89a1359c
 import copy, json
@@ -55,6 +55,7 @@ class Serving:
     host: str = '127.0.0.1'        # where its servers listen
     port: int = 8100               # the first port of vLLM servers (coda's own server takes a free one)
     vllm: str = 'vllm'             # the vllm executable (e.g. .venv-vllm/bin/vllm)
+    trl: str = ''                  # the trl executable of GRPO's generation server (`trl vllm-serve`; '': the one beside `vllm`)
     gpus: int = 0                  # GPUs on this node, shared by the servers and the training stages
     max_model_len: int = 32768     # vLLM's --max-model-len
     images: int = 8                # vLLM's --limit-mm-per-prompt image count
@@ -69,6 +70,7 @@ class Launch:
     cpu: bool = False              # train on CPU (`--cpu`)
     num_processes: int = 1         # processes: GPUs, or CPU workers
     extra: list = field(default_factory=list)  # more `accelerate launch` options
+    generation_gpus: int = 0       # GRPO with vllm_mode server: GPUs of the planner's `trl vllm-serve` the stage starts (0: none)
 
 @dataclass
 class Tasks:
@@ -234,6 +236,20 @@ def config_dict(cfg:PipelineConfig)->dict:
     "The config as plain data (what pipeline.json records)"
     return json.loads(json.dumps(asdict(cfg), default=str))
 
+# %% ../nbs/16_pipeconfig.ipynb #ef03eb43
+from dataclasses import replace
+
+def stage_settings(cfg:'PipelineConfig',  # the run's config
+                   d:dict|None,            # a training stage's section (stage1, stage2, judging.train)
+                  )->tuple: # (settings, Launch)
+    "A training stage's settings and launcher: its `base:` preset under its own keys; the preset's `launch:` over the config's (not on CPU)"
+    d = dict(d or {})
+    if base := d.pop('base', None): d = merge_dicts(yaml.safe_load(from_root(base).read_text()) or {}, d)
+    lo = d.pop('launch', None) or {}
+    if cfg.launch.cpu: return d, cfg.launch   # a CPU run (launch.cpu) launches every stage alike: no preset's GPU launcher
+    try: return d, replace(cfg.launch, **lo)
+    except TypeError as e: raise ValueError(f"a stage's launch: {e}; known: {[f.name for f in fields(Launch)]}") from None
+
 # %% ../nbs/16_pipeconfig.ipynb #8d82a25f
 class Record:
     "A run's `pipeline.json`: the config, and each stage's status, seconds, models, commands and outputs; written atomically at every change"
@@ -258,7 +274,8 @@ class Stage:
     run: bool                      # False: done before (or a dry run): skip the work
     info: dict = field(default_factory=dict)   # outputs (what was recorded, when it was done before)
 
-_HARMLESS = ('run', 'source', 'serving', 'launch', 'tables', 'agent.workers', 'judging.workers')   # may change between resumes
+_HARMLESS = ('run', 'source', 'serving', 'launch', 'tables', 'agent.workers', 'judging.workers',   # may change between resumes
+             'stage1.launch', 'stage2.launch', 'judging.train.launch')
 
 def _diff(a, b, path:str='')->list:
     "Dotted keys whose values differ between two nested dicts"

@@ -16,7 +16,8 @@ import yaml
 from .paths import from_root, PARAMS
 from fastcore.basics import patch
 from .store import RunStore, judgments
-from .pipeconfig import ModelRef, Models, PipelineConfig, Record, Stage, load_config, config_dict, config_changes, merge_dicts
+from . import pipeconfig
+from .pipeconfig import ModelRef, Models, Launch, PipelineConfig, Record, Stage, load_config, config_dict, config_changes, merge_dicts
 from .launch import PeakMemory, Servers, launch_command, launch_env, run_logged
 
 # %% ../nbs/17_pipeline.ipynb #1032360b
@@ -218,17 +219,27 @@ def judge_runs(self:Pipeline, runs:Sequence, judge)->dict:
     if total['failed']: raise RuntimeError(f"{total['failed']} episode(s) could not be judged by {judge.name}; run again to judge them")
     return total
 
+
+# %% ../nbs/17_pipeline.ipynb #4c238b70
 @patch
-def train_command(self:Pipeline, args:Sequence)->list:
-    "The `accelerate launch` command of a training stage (`coda.cli` arguments `args`)"
-    return launch_command(self.cfg.launch, args, port=29500 if self.dry else None)
+def stage_settings(self:Pipeline, d:dict|None)->tuple:
+    "(settings, Launch) of a training stage (`coda.pipeconfig.stage_settings`)"
+    return pipeconfig.stage_settings(self.cfg, d)
 
 @patch
-def launch(self:Pipeline, name:str, argv:Sequence, desc:str=''):
+def train_command(self:Pipeline, args:Sequence, launch:Launch|None=None)->list:
+    "The `accelerate launch` command of a training stage (`coda.cli` arguments `args`; `launch`: the stage's, else the config's)"
+    return launch_command(launch or self.cfg.launch, args, port=29500 if self.dry else None)
+
+@patch
+def launch(self:Pipeline, name:str, argv:Sequence, desc:str='', launch:Launch|None=None):
     "Run a training command with its output in logs/<name>.log (GPUs: those no server holds; CPU: the cores shared by the processes)"
+    launch = launch or self.cfg.launch
     gpus = self.servers.free if self.cfg.serving.kind == 'vllm' and self.cfg.serving.gpus else None
+    if gpus is not None and launch.num_processes > len(gpus):
+        raise RuntimeError(f"{name}: {launch.num_processes} training processes, but only GPUs {gpus} are free beside the servers")
     if self.record.stage(name): self.record.update(name, commands=[list(map(str, argv))])   # as launched (the plan's may hold placeholders)
-    run_logged(argv, self.root/'logs'/f'{name}.log', launch_env(self.cfg.launch, gpus), desc or name, self.progress)
+    run_logged(argv, self.root/'logs'/f'{name}.log', launch_env(launch, gpus), desc or name, self.progress)
 
 @patch
 def write_args(self:Pipeline, path:Path, args:dict)->Path:
@@ -378,15 +389,15 @@ def stage_judge_train(self:Pipeline):
     t, m = self.cfg.judging.train, self.cfg.models
     if not t or m.judge_finetuned is not None: return
     if not m.judge.path: raise ValueError("judging.train fine-tunes the base judge: models.judge needs its weights (`path`)")
-    t, out = dict(t), self.root/'models'/'judge-finetuned'
+    (t, lo), out = self.stage_settings(t), self.root/'models'/'judge-finetuned'
     runs, labels, arb = expand_runs(t.pop('runs', []), self.root), t.pop('labels', CHECKER), t.pop('arb', '')
     argv = self.train_command(['train', 'judge', *(['--runs', *runs] if runs else []), '--labels', labels, *(['--arb', from_root(arb)] if arb else []),
-                               '--base', m.judge.path, '--out', out, '--config', out.parent/'judge-finetuned.yaml'])
+                               '--base', m.judge.path, '--out', out, '--config', out.parent/'judge-finetuned.yaml'], lo)
     with self.stage('judge_train', f"fine-tune the base judge on {len(runs)} labelled run(s)" + (" and AgentRewardBench" if arb else ''),
                     commands=[argv]) as s:
         if s.run:
             self.write_args(out.parent/'judge-finetuned.yaml', {**t, **({'codec': m.judge.codec} if m.judge.codec else {}), 'seed': self.cfg.seed})
-            self.launch('judge_train', argv, 'judge training')
+            self.launch('judge_train', argv, 'judge training', lo)
             s.info.update(model=str(_judge_model(out)))
 
 # %% ../nbs/17_pipeline.ipynb #fad64e56
@@ -421,35 +432,49 @@ def sft_summary(out:Path)->dict:
     p = Path(out)/'sft.json'
     return {k: v for k, v in json.loads(p.read_text()).items() if k in ('rows', 'replay_rows', 'steps', 'train_loss')} if p.exists() else {}
 
+# %% ../nbs/17_pipeline.ipynb #a4129c92
+@patch
+def generation(self:Pipeline, launch:Launch, base:ModelRef, name:str)->dict:
+    "Start (or plan) a stage's `trl vllm-serve` of `base` when `launch.generation_gpus` asks for one; the GRPOConfig fields that reach it"
+    if not launch.generation_gpus: return {}
+    url = self.servers.start_generation(base.path, name, launch.generation_gpus)
+    if self.dry:
+        entry = self.plan[-1]
+        entry['models'].append(self.servers.describe(base, name) + '  (GRPO generation)')
+        if entry.get('env') is not None: entry['env'] = {k: v for k, v in launch_env(launch, list(self.servers.free)).items() if k == 'CUDA_VISIBLE_DEVICES'}
+    return dict(use_vllm=True, vllm_mode='server', vllm_server_base_url=url)
+
 # %% ../nbs/17_pipeline.ipynb #10af1a66
 @patch
 def stage_stage1(self:Pipeline, app:str, labels:str, sfx:str, explored:Sequence):
-    base, out = self.cfg.models.planner, self.root/f'stage1{sfx}'/app
+    base, out, (st, lo) = self.cfg.models.planner, self.root/f'stage1{sfx}'/app, self.stage_settings(self.cfg.stage1)
     def argv(url, name):
         return self.train_command(['train', 'grpo', '--app', app, '--runs', *explored, '--judge', labels, '--model', base.path,
-                                   '--out', out, '--executor-url', url, '--executor-model', name, '--config', out/'args.yaml', '--resume'])
+                                   '--out', out, '--executor-url', url, '--executor-model', name, '--config', out/'args.yaml', '--resume'], lo)
     with self.stage(f'stage1_{app}{sfx}', f"Stage 1: decoupled GRPO of the {app} specialist on its {labels}-positive steps",
                     models=[self.executor], commands=[argv("EXECUTOR_URL", self.executor[0])]) as s:
+        if self.dry: self.generation(lo, base, f'generation-{app}{sfx}')   # planned
         if not s.run: return
         if (n := positive_steps(explored, labels, app)) == 0:
             return s.info.update(positive_steps=0, model=None, note=f'no {labels}-positive step of {app}: the specialist is the baseline')
-        self.write_args(out/'args.yaml', {**self.cfg.stage1, **({'codec': base.codec} if base.codec else {}), 'seed': self.cfg.seed})
-        self.launch(f'stage1_{app}{sfx}', argv(*self.servers.endpoint(self.executor[1], self.executor[0])), f'GRPO {app}')
+        gen = self.generation(lo, base, f'generation-{app}{sfx}')
+        self.write_args(out/'args.yaml', {**st, **({'codec': base.codec} if base.codec else {}), **gen, 'seed': self.cfg.seed})
+        self.launch(f'stage1_{app}{sfx}', argv(*self.servers.endpoint(self.executor[1], self.executor[0])), f'GRPO {app}', lo)
         s.info.update(positive_steps=n, model=str(servable(out/'final', base.path)), **grpo_summary(out))
 
 @patch
 def stage_stage2(self:Pipeline, labels:str, sfx:str, runs:Sequence):
-    base, out, st = self.cfg.models.planner, self.root/f'stage2{sfx}', dict(self.cfg.stage2)
+    (st, lo), base, out = self.stage_settings(self.cfg.stage2), self.cfg.models.planner, self.root/f'stage2{sfx}'
     replay = expand_runs(st.pop('replay', []), self.root)
     argv = self.train_command(['train', 'sft', '--runs', *runs, '--judge', labels, '--model', base.path, '--out', out,
-                               '--config', out/'args.yaml', '--resume'] + (['--replay', *replay] if replay else []))
+                               '--config', out/'args.yaml', '--resume'] + (['--replay', *replay] if replay else []), lo)
     with self.stage(f'stage2{sfx}', f"Stage 2: SFT of the generalist on the specialists' {labels}-clean successes"
                     + (f" and {len(replay)} replayed run(s)" if replay else ''), commands=[argv]) as s:
         if not s.run: return
         if (n := clean_successes(runs, labels)) == 0:
             return s.info.update(episodes=0, model=None, note=f'no {labels}-clean success: the generalist is the baseline')
         self.write_args(out/'args.yaml', {**st, **({'codec': base.codec} if base.codec else {}), 'seed': self.cfg.seed})
-        self.launch(f'stage2{sfx}', argv, 'SFT')
+        self.launch(f'stage2{sfx}', argv, 'SFT', lo)
         s.info.update(episodes=n, model=str(servable(out, base.path)), **sft_summary(out))
 
 # %% ../nbs/17_pipeline.ipynb #3ef4b793

@@ -92,7 +92,7 @@ def test_paper_plan_is_complete_and_runs_nothing(tmp_path):
                   'judge_stage1', 'stage2', 'eval_test_baseline', 'eval_test_stage1', 'eval_test_stage2', 'table2', 'tables'):
         assert f'] {stage}' in plan, stage
     assert 'vllm serve Qwen/Qwen2.5-VL-32B-Instruct --served-model-name baseline' in plan
-    assert 'CUDA_VISIBLE_DEVICES=2,3,4,5,6,7 ' in plan and '--config_file' in plan and 'train grpo --app KAlgebra' in plan
+    assert 'CUDA_VISIBLE_DEVICES=4,5,6,7 ' in plan and '--config_file' in plan and 'train grpo --app KAlgebra' in plan
     assert plan.rstrip().endswith('-> figures/paper')                     # paper-scale tables never over the miniature's figures/
     assert not (tmp_path/'paper').exists()
 
