@@ -132,3 +132,40 @@ def test_judge_lora_step_through_the_launcher(mixed, tiny, tmp_path):
     info = json.loads((out/'judge.json').read_text())
     print(f"accelerate launch, 2 CPU processes, judge LoRA 1 step + merge: {secs:.1f} s")
     assert info['processes'] == 2 and info['steps'] == 1 and info['lora_r'] == 8 and (out/'merged'/'model.safetensors').exists()
+
+STAND_IN_TRL = r'''#!{python}
+"""A stand-in for `trl vllm-serve` (vLLM cannot be installed on a CPU machine): records how it was started, answers
+/health/ as TRL's server does (GET /health redirects to /health/), and stays up like the real one."""
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+a = sys.argv[1:]
+open(os.environ['TRL_RECORD'], 'w').write(json.dumps({{'argv': a, 'gpus': os.environ.get('CUDA_VISIBLE_DEVICES')}}))
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *x): pass
+    def do_GET(self):
+        if self.path == '/health': self.send_response(307); self.send_header('Location', '/health/'); self.end_headers(); return
+        self.send_response(200 if self.path == '/health/' else 404); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'{{}}')
+HTTPServer((a[a.index('--host') + 1], int(a[a.index('--port') + 1])), H).serve_forever()
+'''
+
+def test_generation_server_starts_as_the_plan_says(tmp_path, monkeypatch):
+    "Stage 1's `trl vllm-serve` (a stand-in executable: vLLM is GPU-only) is started beside `serving.vllm` on GPUs from the pool, waited for, and stopped"
+    from coda.launch import Servers
+    from coda.pipeconfig import Serving
+    from coda.envs.vmclient import free_port
+    trl = tmp_path/'bin'/'trl'
+    trl.parent.mkdir()
+    trl.write_text(STAND_IN_TRL.format(python=sys.executable))
+    trl.chmod(0o755)
+    monkeypatch.setenv('TRL_RECORD', str(tmp_path/'started.json'))
+    s = Servers(Serving(kind='vllm', vllm=str(tmp_path/'bin'/'vllm'), gpus=8, port=free_port(), start_timeout=30), tmp_path/'logs', log=lambda *a: None)
+    s.free = s.free[2:]                                    # the executor holds GPUs 0-1
+    try:
+        url = s.start_generation('Qwen/Qwen2.5-VL-32B-Instruct', 'generation-KAlgebra', 2)
+        rec = json.loads((tmp_path/'started.json').read_text())
+        assert rec['gpus'] == '2,3' and s.free == [4, 5, 6, 7]
+        assert rec['argv'][:4] == ['vllm-serve', '--model', 'Qwen/Qwen2.5-VL-32B-Instruct', '--tensor-parallel-size'] and url.startswith('http://127.0.0.1:')
+        proc = s.vllm['generation-KAlgebra']['proc']
+        assert proc.poll() is None
+    finally: s.close()
+    assert proc.wait(30) is not None
