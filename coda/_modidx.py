@@ -1481,6 +1481,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                              'coda.launch.PeakMemory.gib': ('launch.html#peakmemory.gib', 'coda/launch.py'),
                              'coda.launch.Servers': ('launch.html#servers', 'coda/launch.py'),
                              'coda.launch.Servers.__init__': ('launch.html#servers.__init__', 'coda/launch.py'),
+                             'coda.launch.Servers._spawn': ('launch.html#servers._spawn', 'coda/launch.py'),
                              'coda.launch.Servers._start_local': ('launch.html#servers._start_local', 'coda/launch.py'),
                              'coda.launch.Servers._start_vllm': ('launch.html#servers._start_vllm', 'coda/launch.py'),
                              'coda.launch.Servers._wait': ('launch.html#servers._wait', 'coda/launch.py'),

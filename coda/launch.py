@@ -174,14 +174,18 @@ def _start_vllm(self:Servers, ref:ModelRef, name:str)->dict:
     self._port += 1
     (argv, _), = vllm_commands([VLLMServer(ref.path, name, port, ref.tp, images=self.cfg.images, max_len=self.cfg.max_model_len)],
                                vllm=self.cfg.vllm, host=self.cfg.host)
-    s = dict(url=f'http://{self.cfg.host}:{port}/v1', gpus=gpus, argv=argv, proc=None)
-    if not self.plan_only:
-        self.logs.mkdir(parents=True, exist_ok=True)
-        logf = self.logs/f'server-{name}.log'
-        with open(logf, 'ab') as f:
-            s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-                                         env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, gpus))})
-        self._wait(s, name, logf)
+    return self._spawn(dict(url=f'http://{self.cfg.host}:{port}/v1', gpus=gpus, argv=argv, proc=None), name)
+
+@patch
+def _spawn(self:Servers, s:dict, name:str)->dict:
+    "Start server `s` (its argv on its GPUs, logging to logs/server-<name>.log) and wait until it answers; a plan only records it"
+    if self.plan_only: return s
+    self.logs.mkdir(parents=True, exist_ok=True)
+    logf = self.logs/f'server-{name}.log'
+    with open(logf, 'ab') as f:
+        s['proc'] = subprocess.Popen(s['argv'], stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                                     env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, s['gpus']))})
+    self._wait(s, name, logf)
     return s
 
 @patch
@@ -231,14 +235,7 @@ def start_generation(self:Servers, path:str,   # the planner's weights (the stag
     argv = [trl, 'vllm-serve', '--model', str(path), '--tensor-parallel-size', str(gpus), '--host', self.cfg.host, '--port', str(port),
             '--max-model-len', str(self.cfg.max_model_len)]
     s = self.vllm[name] = dict(url=f'http://{self.cfg.host}:{port}', gpus=ids, argv=argv, proc=None)
-    if not self.plan_only:
-        self.logs.mkdir(parents=True, exist_ok=True)
-        logf = self.logs/f'server-{name}.log'
-        with open(logf, 'ab') as f:
-            s['proc'] = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-                                         env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, ids))})
-        self._wait(s, name, logf)
-    return s['url']
+    return self._spawn(s, name)['url']
 
 # %% ../nbs/16a_launch.ipynb #88588b8c
 @patch
