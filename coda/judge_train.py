@@ -48,10 +48,12 @@ def judge_row(t:Trajectory,               # the trajectory
               resolution:tuple|None=None, # (W, H) frames are scaled to fit; None: as stored
               actions:bool=True,          # the steps' thoughts and actions as text (JudgeConfig.actions)
               codec=None,                 # encodes the prompt: `encode(messages) -> messages` (None: as it is)
+              a11y:bool=False,            # the accessibility text of the last screen (JudgeConfig.a11y)
+              crop:tuple|None=None,       # the part of each frame shown (Vote.crop)
               **where,                    # run, app, task, sample, key: where the row comes from
              )->dict: # a row for `coda.sft.rows_to_dataset`
     "One judge SFT row: the judge's own request for `t` and `verdict_text(v)` as the reply"
-    msgs = judge_messages(t, max_frames, resolution, actions)
+    msgs = judge_messages(t, max_frames, resolution, actions, a11y, crop)
     prompt = [{'role': m['role'], 'content': [{'type': 'image'} if p['type'] == 'image' else {'type': 'text', 'text': p['text']} for p in m['content']]}
               for m in msgs]
     if codec is not None: prompt = codec.encode(prompt)
@@ -115,6 +117,8 @@ def judge_sft_rows(runs:Sequence,              # run folders with judgments file
                    error_steps:str='noise',     # first error of failures: 'noise' (noise.json's, when known) or 'last'
                    seed:int=0,                  # seed of the balancing draw
                    codec=None,                  # encodes each prompt (`encode(messages) -> messages`); None: none
+                   a11y:bool=False,             # the accessibility text of the last screen (as the judge will be served)
+                   crops:Sequence=(),           # crop boxes (Vote.crop): each row shows the whole frames or one of these, a seeded choice
                   )->tuple: # (rows for `coda.sft.rows_to_dataset`, per-app counts DataFrame)
     "One judge SFT row per usable judged episode: the judge's request, and the verdict the judgments call for as the reply"
     if isinstance(runs, (str, Path)): runs = [runs]
@@ -132,8 +136,9 @@ def judge_sft_rows(runs:Sequence,              # run folders with judgments file
                 skipped[app] = skipped.get(app, 0) + 1
                 continue
             v = judgment_verdict(j, t.n_steps, noise.get(f'{app}/{task}'), error_steps)
-            rows.append(judge_row(t, v, max_frames, resolution, actions, codec, run=str(run), app=app, task=task, sample=int(sample),
-                                  key=f'{run}|{app}|{task}|{sample}'))
+            key = f'{run}|{app}|{task}|{sample}'
+            crop = random.Random(f'{seed}|{key}').choice([None, *map(tuple, crops)]) if crops else None   # the views the votes will use
+            rows.append(judge_row(t, v, max_frames, resolution, actions, codec, a11y, crop, run=str(run), app=app, task=task, sample=int(sample), key=key))
     if balance: rows = balance_rows(rows, seed)
     return rows, row_counts(rows, skipped)
 
@@ -245,6 +250,8 @@ def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, ar
                 resolution:tuple|None=None, # (W, H) of the rows' frames (with run folders; recorded either way)
                 max_frames:int=8,           # keyframes per request (with run folders; recorded either way)
                 codec=None,                 # the codec the judge reads through: an object or a dotted name (recorded in judge.json)
+                a11y:bool=False,            # with run folders: the rows hold the last screen's accessibility text (recorded either way)
+                crops:Sequence=(),          # with run folders: crop boxes the rows' frames are shown through (recorded either way)
                 balance:bool=True,          # with run folders: balance the classes
                 error_steps:str='noise',    # with run folders: first error of failures
                 seed:int=0,                 # seed of the balancing and the training
@@ -261,7 +268,7 @@ def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, ar
     codec, codec_name = load_judge_codec(codec)
     t0 = time.perf_counter()
     if _are_runs(data): rows, counts = judge_sft_rows(data, name, max_frames=max_frames, resolution=resolution, balance=balance,
-                                                      error_steps=error_steps, seed=seed, codec=codec)
+                                                      error_steps=error_steps, seed=seed, codec=codec, a11y=a11y, crops=crops)
     else: rows, counts = list(data), row_counts(list(data))
     if not rows: raise ValueError(f"no rows to train the judge on (judgments {name!r})" if _are_runs(data) else "no rows to train the judge on")
     kw.setdefault('save_steps', max(50, steps // 4))
@@ -278,7 +285,7 @@ def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, ar
             model=str(model), base=str(base), lora=lora, lora_r=lora_r if lora else None, lora_alpha=lora_alpha if lora else None,
             judge=name, runs=runs, rows=len(rows), counts=counts.reset_index().to_dict('records'), steps=sft['steps'], train_loss=sft['train_loss'],
             seconds=round(time.perf_counter() - t0, 1), processes=state.num_processes, lr=lr, batch_size=batch_size, grad_accum=grad_accum,
-            max_frames=max_frames, resolution=resolution, codec=codec_name, seed=seed) | (info or {}))
+            max_frames=max_frames, resolution=resolution, codec=codec_name, seed=seed, a11y=a11y, crops=[list(c) for c in crops]) | (info or {}))
     state.wait_for_everyone()
     return model
 
@@ -303,6 +310,7 @@ def add_judge_args(p):
     p.add_argument('--frames', type=int, help='keyframes per request, as the judge will be served (default 8)')
     p.add_argument('--resolution', type=size_arg, help='scale frames to fit WxH, as the judge will be served (default: as stored)')
     p.add_argument('--codec', help='dotted name of the codec the judge reads requests through (coda.serve.load_codec)')
+    p.add_argument('--a11y', action='store_true', help="requests hold the accessibility text the planner read before its last step (serve with JudgeConfig.a11y)")
     p.add_argument('--config', help='YAML of train_judge arguments and SFTConfig fields (command-line flags win)')
     p.add_argument('--seed', type=int, help='seed of the balancing and the training (default 0)')
     p.add_argument('--fresh', action='store_true', help='retrain even if a finished judge is in --out')
@@ -319,9 +327,10 @@ def _judge_kwargs(a)->dict:
     kw.pop('launch', None)   # a preset's launcher settings (accelerate config, processes) are `coda pipeline`'s
     flags = dict(lora_r=a.lora_r, steps=a.steps, lr=a.lr, batch_size=a.batch_size, grad_accum=a.grad_accum, max_frames=a.frames,
                  resolution=a.resolution, codec=a.codec, seed=a.seed, lora=False if a.no_lora else None, cpu=True if a.cpu else None,
-                 checkpointing=True if a.gradient_checkpointing else None, max_length=a.max_length)
+                 checkpointing=True if a.gradient_checkpointing else None, max_length=a.max_length, a11y=True if a.a11y else None)
     kw.update({k: v for k, v in flags.items() if v is not None})
     if isinstance(kw.get('resolution'), list): kw['resolution'] = tuple(kw['resolution'])
+    if 'crops' in kw: kw['crops'] = [tuple(c) for c in kw['crops'] or []]   # YAML lists of [x0, y0, x1, y1]
     return kw
 
 def run_judge_command(a)->Path:
@@ -332,7 +341,8 @@ def run_judge_command(a)->Path:
     kw = _judge_kwargs(a)
     codec, _ = load_judge_codec(kw.get('codec'))
     opts = dict(max_frames=kw.get('max_frames', 8), resolution=kw.get('resolution'), codec=codec, balance=False)
-    parts = [judge_sft_rows(a.runs, a.labels, error_steps=kw.get('error_steps', 'noise'), **opts)] if a.runs else []
+    parts = [judge_sft_rows(a.runs, a.labels, error_steps=kw.get('error_steps', 'noise'), a11y=kw.get('a11y', False), crops=kw.get('crops', ()),
+                            **opts)] if a.runs else []
     if a.arb: parts.append(arb_sft_rows(a.arb, a.arb_split, **opts))
     rows = [r for rs, _ in parts for r in rs]
     skipped = {app: n for _, c in parts for app, n in c['skipped'].drop('total', errors='ignore').items() if n}

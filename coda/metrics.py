@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['SUCCESS_THRESHOLD', 'STATUSES', 'OVERALL_APPS', 'OVERALL_TASKS', 'pass_at_k', 'average_at_k', 'mean_pass_at_k',
-           'is_success', 'fill_missing', 'task_counts', 'success_table', 'table_markdown', 'judge_prf', 'judge_table']
+           'is_success', 'fill_missing', 'task_counts', 'success_table', 'table_markdown', 'paired_difference',
+           'judge_prf', 'judge_table']
 
 # %% ../nbs/09_metrics.ipynb #4d1a6dd4
 import math, warnings
@@ -249,6 +250,33 @@ def table_markdown(df:pd.DataFrame, # a `success_table`
         cells = [str(name).replace('|', r'\|'), *(str(int(r[c])) for c in counts), *(cell(r, m) for m in metrics)]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
+
+# %% ../nbs/09_metrics.ipynb #07b435b0
+def _outcomes(records, tasks:list, n:int)->np.ndarray:
+    "(tasks × n) successes (1/0) in the order of `tasks`; errors, timeouts and missing episodes are failures"
+    got = {(e['app'], e['task'], e['sample']): e['success'] for e in map(_episode, _records(records))}
+    return np.array([[float(bool(got.get((a, t, s)))) for s in range(n)] for a, t in tasks])
+
+def paired_difference(a, b,                          # episode records of two rows (dicts or objects) on the same tasks
+                      tasks:Sequence[tuple[str,str]], # the tasks as (app, task) pairs (each weighs the same)
+                      n:int,                          # samples per task (absent ones count as failures)
+                      B:int=2000,                     # bootstrap replicates
+                      seed:int=0,                     # seed of the resampling
+                      level:float=0.95,               # interval coverage
+                     )->dict: # diff, lo, hi (percentage points of mean success, a minus b), p_le0 (share of replicates <= 0), tasks
+    "Mean over tasks of a's minus b's success rate, with a two-level (tasks, then each row's samples) bootstrap interval"
+    tasks, n = _task_list(tasks), _count('n', n)
+    if not tasks: raise ValueError('no tasks to compare')
+    A, Bo = _outcomes(a, tasks, n), _outcomes(b, tasks, n)
+    rng = np.random.default_rng(seed)
+    ti = rng.integers(0, len(tasks), size=(B, len(tasks)))                   # the tasks of each replicate
+    si = lambda: rng.integers(0, n, size=(B, len(tasks), n))                  # each row's samples within them
+    ra = np.take_along_axis(A[ti], si(), axis=2).mean((1, 2))
+    rb = np.take_along_axis(Bo[ti], si(), axis=2).mean((1, 2))
+    d = ra - rb
+    q = (1 - level) / 2
+    return dict(diff=100 * (A.mean() - Bo.mean()), lo=100 * float(np.quantile(d, q)), hi=100 * float(np.quantile(d, 1 - q)),
+                p_le0=float((d <= 0).mean()), tasks=len(tasks))
 
 # %% ../nbs/09_metrics.ipynb #fe9dfe5f
 def _label(v, allowed, name):

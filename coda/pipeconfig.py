@@ -126,6 +126,8 @@ class Judging:
     max_tokens: int = 1024         # reply limit per vote
     workers: int = 4               # episodes judged at once
     train: dict|None = None        # `coda train judge` settings of a fine-tuned judge (runs, labels, arb, lora_r, steps, ...); None: none
+    select: str = ''               # '' : `use` and `preset` label the steps; 'f0.5' (or 'precision', 'f1'): Table 2's judge row with the best
+                                   # score against the checkers on the baseline's exploration episodes (never the test tasks) labels them
 
 @dataclass
 class Evaluation:
@@ -134,6 +136,7 @@ class Evaluation:
     test_samples: int = 8          # k: episodes per test task
     heldout_samples: int = 8       # episodes per held-out generated task
     ablation: bool = False         # also Stage 1 and 2 learning from the checkers instead of the judge (rows stage1_checker, stage2_checker)
+    replay_control: bool = False   # also Stage 2's SFT on its replayed runs alone (row stage2_replay, held-out tasks): what replay alone gives
 
 @dataclass
 class Table2:

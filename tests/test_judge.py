@@ -86,7 +86,15 @@ def test_cascade_stops_at_the_first_rejection(run):
 
 def test_resolution_schedule_low_first(run):
     d, reqs = judge_with([T] * 4, 'coda-multires', run)
-    assert [image_sizes(r)[0] for r in reqs] == [(640, 400), (960, 600), (1280, 800), (1280, 800)]
+    assert [image_sizes(r)[0] for r in reqs] == [(640, 400), (1280, 800), (768, 480), (768, 480)]   # low first, whole, then two 60 % details
+    texts = [' '.join(p.get('text', '') for p in r['messages'][0]['content']) for r in reqs]
+    assert 'a detail' not in texts[1] and '0%-60% across' in texts[2] and '40%-100% across' in texts[3]
+
+def test_votes_see_different_inputs(run):
+    "voting@4's votes sample at T 1.0 and each sees the frames through its own crop: four different requests"
+    d, reqs = judge_with([T] * 4, 'coda', run)
+    images = [tuple(p['image_url']['url'] for p in r['messages'][0]['content'] if p['type'] == 'image_url') for r in reqs]
+    assert len(reqs) == 4 and len(set(images)) == 4 and all(r['temperature'] == 1.0 for r in reqs)
     d, reqs = judge_with([F], 'coda-multires', run)
     assert len(reqs) == 1 and image_sizes(reqs[0]) == [(640, 400), (640, 400)]     # a failure costs one cheap request
 
@@ -226,6 +234,20 @@ def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
     assert (m['tp'], m['fp'], m['fn'], m['tn']) == (1, 1, 2, 2) and m['precision'] == 0.5 and abs(m['recall'] - 1 / 3) < 1e-12
     table = judge_eval(r, ['j'], {'j': 'single'})
     assert table.loc['single', 'Precision'] == 50.0 and table.loc['single', 'Recall'] == 33.3 and table.loc['single', 'n'] == 6
+
+def test_limit_judges_that_many_and_counts_only_earlier_judgments_as_already_judged(run, tmp_path):
+    import shutil
+    r = tmp_path/'run'
+    shutil.copytree(run, r)
+    with ScriptedServer(scripted_judge_policy) as srv:
+        async def go(limit):
+            m = OpenAIChat(srv.url, 'judge', retries=0)
+            try: return await judge_run(r, Judge(m, 'single', name='j'), workers=2, progress=False, limit=limit)
+            finally: await m.aclose()
+        first, second, third = run_sync(go(2)), run_sync(go(3)), run_sync(go(None))
+    assert (first['judged'], first['skipped']) == (2, 0)       # none was judged before: nothing 'already judged'
+    assert (second['judged'], second['skipped']) == (3, 2)
+    assert (third['judged'], third['skipped']) == (1, 5) and len(srv.requests) == 6
 
 def test_errored_and_timed_out_episodes_are_not_judged(run, tmp_path):
     "A broken episode is never asked about, counted as errored, has no judgment on file (so no label can come from it) and is n/a for the judge's precision"

@@ -73,7 +73,13 @@ def test_smoke_pipeline_killed_mid_stage_resumes_to_the_tables(tmp_path):
     assert t1[t1['app'] == 'Algebra']['paper (ScienceBoard) Pass@8'].tolist() == [29.03, 41.94, 48.39]
     assert (t1[t1['app'].isin(['Algebra', 'Astronomy'])]['episodes'] == 2).all()  # 1 test task x 2 samples per app
     h = pd.read_csv(run/'figures'/'table1_heldout.csv')
-    assert list(h['row'].unique()) == ['baseline', 'stage1', 'stage2', 'stage1_checker', 'stage2_checker']
+    assert list(h['row'].unique()) == ['baseline', 'stage1', 'stage2', 'stage1_checker', 'stage2_checker', 'stage2_replay']
+    pairs = pd.read_csv(run/'figures'/'table1_heldout_paired.csv')                # paired differences between the rows
+    assert {'stage1 - baseline', 'stage2 - stage1', 'stage2 - stage2_replay'} <= set(pairs['comparison']) and (pairs['low'] <= pairs['high']).all()
+    sel = stages['judge_select']['outputs']                                       # the labelling judge, chosen on the baseline's exploration
+    assert sel['chosen'] in sel['scores'] and set(sel['scores']) == set(t2_rows := ['single', 'voting@4', 'voting@4 + multi-resolution', 'finetuned', 'ensemble'])
+    assert stages['judge_baseline']['outputs']['row'] == sel['chosen'] and stages['judge_baseline']['outputs']['copied'] > 0
+    assert "what Stage 1 trains on" in (run/'figures'/'table2.md').read_text() and set(t2_rows) <= set(pd.read_csv(run/'figures'/'table2_exploration.csv', index_col=0).index)
     t2 = pd.read_csv(run/'figures'/'table2.csv', index_col=0)
     assert list(t2.index) == ['single', 'finetuned', 'voting@4', 'voting@4 + multi-resolution', 'ensemble']
     assert (t2.loc['single', 'Paper ScienceBoard P'], t2.loc['single', 'Paper ARB P']) == (41.5, 64.5)

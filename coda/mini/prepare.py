@@ -118,8 +118,9 @@ def prepare(p)->None:
             from coda.judge_train import judge_sft_rows
             from coda.serve import load_codec
             codec = load_codec(p.cfg.models.judge.codec or None)
-            rows, _ = judge_sft_rows(noisy + [root/'judge-own'], 'checker', max_frames=a.judge.get('max_frames', 8), codec=codec)
-            build_tiny_base(root/'random-judge', rows, seed=seed, **a.judge_model)   # its tokenizer learns the texts of the rows it trains on
+            from coda.judge import DETAIL
+            rows, _ = judge_sft_rows(noisy + [root/'judge-own'], 'checker', max_frames=a.judge.get('max_frames', 8), codec=codec, a11y=True, crops=DETAIL)
+            build_tiny_base(root/'random-judge', rows, seed=seed, **a.judge_model)   # its tokenizer learns the texts judges read (accessibility text too)
             p.write_args(root/'judge.yaml', {**a.judge, **({'codec': p.cfg.models.judge.codec} if p.cfg.models.judge.codec else {}),
                                              'seed': seed})
             p.launch('prepare_judge', argv, 'base judge')
