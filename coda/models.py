@@ -209,11 +209,11 @@ class OpenAIChat:
     def from_settings(cls, role:str,   # 'planner', 'executor' or 'judge'
                       settings=None,   # a `coda.config.Settings`; None: `get_settings()`
                       **kw):           # any other constructor argument (retries, defaults, ...), or an override
-        "The backend for `role` from the run settings: `<role>_url`, `<role>_model`, `api_key`, `request_timeout`"
+        "The backend for `role` from the run settings: `<role>_url`, `<role>_model`, its API key (`<role>_api_key`, else `api_key`), `request_timeout`"
         if role not in ('planner', 'executor', 'judge'): raise ValueError(f"role must be planner, executor or judge, got {role!r}")
         s = settings or get_settings()
         return cls(**{'base_url': getattr(s, f'{role}_url'), 'model': getattr(s, f'{role}_model'),
-                      'api_key': s.api_key, 'timeout': s.request_timeout, **kw})
+                      'api_key': s.api_key_for(role), 'timeout': s.request_timeout, **kw})
 
     def request_body(self, messages:list[dict], continue_final:bool=False, **params)->dict:
         "The JSON body of a request: model, wire messages, `defaults` overridden by the call's non-None `params`"

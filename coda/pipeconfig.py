@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from typing import Sequence
 import yaml
-from .paths import from_root, PARAMS
+from .paths import from_root, from_cwd, PARAMS
 from .store import atomic_write
 
 # %% ../nbs/16_pipeconfig.ipynb #22124841
@@ -158,7 +158,7 @@ _SECTIONS = dict(serving=Serving, launch=Launch, tasks=Tasks, agent=AgentSetting
 class PipelineConfig:
     "One run of CODA's pipeline: where, with which models, on which tasks, at which sizes"
     models: Models
-    run: str = 'runs/pipeline'     # the run folder (relative to the repository)
+    run: str = 'runs/pipeline'     # the run folder (relative to the current directory)
     seed: int = 0                  # seeds every stage
     prepare: str = ''              # a hook `module:function(pipeline)` making what the config refers to (the miniature's bootstrap)
     prepare_args: dict = field(default_factory=dict)  # its settings
@@ -177,7 +177,7 @@ class PipelineConfig:
     source: str = ''               # the config file it was read from
 
     @property
-    def root(self)->Path: return from_root(self.run)
+    def root(self)->Path: return from_cwd(self.run)   # run folders are the user's: relative to where coda runs, as every CLI's
 
 def _build(cls, d, where:str):
     "A dataclass from a mapping, refusing unknown keys"

@@ -613,7 +613,7 @@ def run_notebooks(out:Path|str,               # where the executed notebooks and
         declared = pm.inspect_notebook(str(nb))
         try:
             pm.execute_notebook(str(nb), str(dest), parameters={k: v for k, v in (params or {}).items() if k in declared}, cwd=str(nb.parent),
-                                kernel_name='python3', progress_bar=False, execution_timeout=timeout)
+                                kernel_name='python3', progress_bar=progress and {'desc': f'{nb.stem} cells', 'leave': False}, execution_timeout=timeout)   # per cell
             summary[nb.name] = dict(ok=True, seconds=round(time.time() - t0, 2), output=str(dest))
         except Exception as e:
             last = str(e).strip().splitlines()[-1] if str(e).strip() else ''

@@ -3,9 +3,12 @@ counter environment; every way an episode ends; `coda eval` end to end; and runs
 import asyncio, json, os, random, signal, subprocess, sys, time
 from pathlib import Path
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
-from coda.agent import Agent, AgentConfig, run_sync
+from coda.actions import Action
+from coda.agent import Agent, AgentConfig, osworld_actions, run_sync
 from coda.models import OpenAIChat
-from coda.store import RunStore, to_dataset, to_html
+from coda.store import RunStore
+from coda.export import steps_dataset
+from coda.viewer import to_html
 
 HERE = Path(__file__).parent
 
@@ -165,7 +168,7 @@ def test_eval_command_runs_resumes_and_exports(tmp_path):
     store = RunStore(run)
     assert len(store.records()) == 6 and all(r['score'] == 1.0 for r in store.records())
     assert (run/'metrics.md').exists() and (run/'metrics.csv').exists()
-    ds = to_dataset(run)
+    ds = steps_dataset(run)
     assert len(ds) == 6 * 4 and ds[0]['image'].size == (1280, 800) and ds.features['image'].__class__.__name__ == 'Image'
     html = to_html(run).read_text()
     assert html.count('class="step"') == 24 and html.count('class="pt"') == 18   # 3 clicks drawn per episode
@@ -250,3 +253,54 @@ def test_agent_solves_a_scidesk_task_end_to_end():
     assert (res['stop'], res['answer'], res['score']) == ('ANS', '395', 1.0), (res, steps)
     a = steps[0]['actions'][0]
     assert a['kind'] == 'click' and abs(a['x'] - 458 * 1280 / 1288) < 1e-9 and abs(a['y'] - 758 * 800 / 812) < 1e-9
+
+# ---------------------------------------------------------------- OSWorld's step API
+
+SCIDESK_REPLIES = {'planner': ["Thought: Click the expression field at the bottom.\nAction: click(start_box='(458,758)')",
+                               "Thought: Type the expression and press Enter.\nAction: type(content='17*23+4\\n')",
+                               "Thought: The console shows 395.\nAction: ```ANS 395```"],
+                   'executor': ["click(start_box='<|box_start|>(458,758)<|box_end|>')", "type(content='17*23+4\\n')"]}
+
+def scidesk_policy(body):
+    "The reply for the turn the request is at: the same conversation gets the same reply, whoever drives the episode"
+    turn = sum(m['role'] == 'assistant' for m in body['messages'])
+    return SCIDESK_REPLIES['planner'][turn] if body['model'] == 'planner' else SCIDESK_REPLIES['executor'][turn - 1]
+
+def test_predict_in_a_loop_takes_the_steps_run_takes():
+    "OSWorld's loop (predict, then step the env, until DONE/FAIL) on a scidesk task: run()'s actions, requests and score"
+    from coda.envs.scidesk import SciDesk, scidesk_tasks
+    task = next(t for t in scidesk_tasks(['Algebra']) if t.id == 'A-01')
+    res, steps, ran, *_ = run_episode(scidesk_policy, env=SciDesk(), task=task)
+    assert (res['stop'], res['score']) == ('ANS', 1.0)
+    want = [osworld_actions([Action.from_dict(d) for d in s['actions']]) for s in steps]
+    env, got, responses = SciDesk(), [], []
+    with ScriptedServer(scidesk_policy) as srv:
+        agent = Agent(OpenAIChat(srv.url, 'planner'), OpenAIChat(srv.url, 'executor'))
+        agent.reset()
+        obs = env.reset(task)
+        for _ in range(task.steps):
+            response, actions = agent.predict(task.instruction, {'screenshot': obs.png(), 'accessibility_tree': None})
+            got.append(actions)
+            responses.append(response)
+            obs = env.step([Action.from_dict(d) for d in agent.last_step['actions']])
+            if actions[-1] in ('DONE', 'FAIL'): break
+    assert got == want and len(got) == 3
+    assert got[0][0].endswith("pyautogui.click(455.155, 746.798, button='left')\n") and got[1][0].endswith("pyautogui.press('enter')\n")
+    assert got[2] == ['DONE'] and responses[2].endswith('```ANS 395```') and env.evaluate() == 1.0
+    assert responses[0] == "Thought: Click the expression field at the bottom.\nAction: click(start_box='<|box_start|>(458,758)<|box_end|>')"
+    assert srv.requests == ran.requests     # the same history, images included, in every planner and executor request
+    assert agent.last_step['actions'] == steps[-1]['actions'] == [{'kind': 'answer', 'text': '395'}]
+
+def test_eval_without_run_writes_under_the_working_directory(tmp_path):
+    "A relative run_dir ($CODA_RUN_DIR=myruns) is the working directory's, not the checkout's"
+    tasks, cwd = write_tasks(tmp_path/'tasks.jsonl', 1), tmp_path/'work'
+    cwd.mkdir()
+    with ScriptedServer(counting_policy(3), models=SERVED) as srv:
+        cmd = eval_cmd(srv, tasks, 'unused', 2, workers=1)
+        i = cmd.index('--run')
+        del cmd[i:i + 2]
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**env_with_fixtures(), 'CODA_RUN_DIR': 'myruns'}, cwd=cwd, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = list((cwd/'myruns').glob('eval-*'))
+    assert len(runs) == 1 and len(RunStore(runs[0]).records()) == 2, p.stdout
+    assert not (Path(__file__).parent.parent/'myruns').exists()

@@ -99,3 +99,65 @@ def test_serve_a_pipelines_rows_one_server_per_model(tmp_path):
 def test_serve_without_vllm_is_a_clear_error():
     out = subprocess.run([*CODA, 'serve', '--vllm', '/nonexistent/vllm'], capture_output=True, text=True)
     assert out.returncode != 0 and 'make serve' in out.stderr
+
+# ---------------------------------------------------------------- coda eval: limits, in-process backends, tasks scidesk does not simulate
+
+from agent_fixtures import ScriptedServer, counting_policy
+from coda.store import RunStore
+
+def _counter_tasks(path, n):
+    path.write_text(''.join(json.dumps({'type': 'Counter', 'id': f'C-{i:02d}', 'instruction': 'Click + three times, then answer.', 'steps': 8}) + '\n'
+                            for i in range(n)))
+    return path
+
+def test_eval_limits_reach_every_request_and_the_step_budget(tmp_path, capsys):
+    "--max-tokens sets both models' max_tokens, --executor-max-tokens overrides one; --max-steps replaces the tasks' budget of 8"
+    tasks, run = _counter_tasks(tmp_path/'tasks.jsonl', 2), tmp_path/'run'
+    with ScriptedServer(counting_policy(3), models=['planner', 'executor']) as srv:
+        main(['eval', '--tasks', str(tasks), '--env', 'agent_fixtures:CounterEnv', '--run', str(run), '--in-process', '--workers', '2',
+              '--planner-url', srv.url, '--planner-model', 'planner', '--executor-url', srv.url, '--executor-model', 'executor',
+              '--max-tokens', '77', '--executor-max-tokens', '33', '--max-steps', '2'])
+        sent = {(b['model'], b['max_tokens']) for b in srv.requests}
+    assert sent == {('planner', 77), ('executor', 33)}, sent
+    recs = RunStore(run).records()
+    assert [(r['steps'], r['stop'], r['score']) for r in recs] == [(2, 'BUDGET', 0.0)] * 2   # 3 clicks and an answer needed 4 steps
+    assert json.loads((run/'run.json').read_text())['max_steps'] == 2
+    with ScriptedServer(counting_policy(3), models=['planner', 'executor']) as srv:   # another budget on resume: refused, not mixed in
+        with pytest.raises(SystemExit) as e:
+            main(['eval', '--tasks', str(tasks), '--env', 'agent_fixtures:CounterEnv', '--run', str(run), '--in-process', '--max-steps', '5',
+                  '--planner-url', srv.url, '--planner-model', 'planner', '--executor-url', srv.url, '--executor-model', 'executor'])
+    assert e.value.code == 2 and 'max_steps' in capsys.readouterr().err
+
+def _science_tasks(folder:Path)->Path:
+    "Two scidesk Algebra test tasks beside ScienceBoard-style task files of apps scidesk does not simulate"
+    from coda.envs.scidesk import scidesk_tasks
+    folder.mkdir()
+    for t in scidesk_tasks(['Algebra'], split='test')[:2]: shutil.copy(t.source, folder/f'scidesk-{t.id}.json')
+    for app, tid in (('ChimeraX', 'A-01'), ('ChimeraX', 'A-02'), ('Lean', 'B-01')):
+        (folder/f'{app}-{tid}.json').write_text(json.dumps({'type': app, 'id': tid, 'instruction': f'A {app} task.', 'steps': 15}))
+    return folder
+
+ORACLE = ['--planner-backend', 'coda.mini.oracle:OraclePlanner', '--executor-backend', 'coda.mini.grounder:A11yGrounder', '--obs', 'both']
+
+def test_eval_runs_in_process_backends_and_leaves_out_unsimulated_apps_once(tmp_path, capsys):
+    "the reference-solution planner and the grounder from the command line (no server); ChimeraX and Lean tasks named once, before the run"
+    tasks, run = _science_tasks(tmp_path/'tasks'), tmp_path/'run'
+    main(['eval', '--tasks', str(tasks), '--env', 'scidesk', '--run', str(run), '--in-process', '--workers', '2', *ORACLE])
+    out = capsys.readouterr().out
+    note = 'scidesk does not simulate ChimeraX (2 tasks), Lean (1 task): 3 of 5 tasks left out'
+    assert out.count(note) == 1 and out.index(note) < out.index('2 tasks x 1 samples') and '--env vm' in out and '--env desktop' in out, out
+    assert 'planner  coda.mini.oracle:OraclePlanner (in this process)' in out, out
+    recs = RunStore(run).records()
+    assert sorted(r['app'] for r in recs) == ['Algebra', 'Algebra'] and all(r['score'] == 1.0 for r in recs), recs   # the reference solutions pass
+    assert json.loads((run/'run.json').read_text())['planner'] == 'coda.mini.oracle:OraclePlanner'
+
+def test_eval_with_no_simulated_task_is_one_clear_error(tmp_path):
+    tasks = _science_tasks(tmp_path/'tasks')
+    for f in tasks.glob('scidesk-*.json'): f.unlink()
+    p = subprocess.run([*CODA, 'eval', '--tasks', str(tasks), '--env', 'scidesk', '--run', str(tmp_path/'run'), *ORACLE], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count('\n') == 1, p.stderr
+    assert 'no task to run: scidesk does not simulate ChimeraX (2 tasks), Lean (1 task): 3 of 3 tasks left out' in p.stderr and not (tmp_path/'run').exists()
+    from coda.envs.scidesk import scidesk_tasks
+    p = subprocess.run([*CODA, 'eval', '--tasks', scidesk_tasks(['Algebra'])[0].source, '--env', 'scidesk', '--planner-backend', 'coda.mini.oracle:Nope'],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "--planner-backend coda.mini.oracle:Nope: cannot load 'coda.mini.oracle:Nope'" in p.stderr, p.stderr

@@ -1,5 +1,5 @@
 """Fuzz: the judge's verdict parser under random and hostile replies, and the run-folder readers (records, episodes,
-to_dataset, to_html, the judgments) under random damage to a small run folder. Seeded, bounded (about 10 s in
+coda.export.steps_dataset, to_html, the judgments) under random damage to a small run folder. Seeded, bounded (about 10 s in
 all); the counts are printed at the end of the pytest run."""
 import io, json, random, shutil, warnings
 from dataclasses import asdict
@@ -10,7 +10,9 @@ from fuzz import fuzz, nasty_text, rng
 import coda.judge
 from coda.judge import parse_verdict, Verdict, judge_labels, load_trajectory
 from coda.store import read_judgments
-from coda.store import RunStore, to_dataset, to_html
+from coda.store import RunStore
+from coda.export import steps_dataset
+from coda.viewer import to_html
 
 MAX_REPLY = getattr(coda.judge, 'MAX_REPLY', 200_000)
 
@@ -171,7 +173,7 @@ def read_everything(root:Path):
             if e.result is not None: load_trajectory(e.dir)
         assert all(e.result is None or isinstance(e.result, dict) for e in eps)
         assert len(recs) == sum(e.result is not None for e in eps)
-        to_dataset(st, finished_only=False)
+        steps_dataset(st, finished_only=False)
         to_html(st)
         read_judgments(root, 'j')
         read_judgments(root, 'checker')

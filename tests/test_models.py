@@ -287,6 +287,14 @@ def test_from_settings():
     assert (e.attempts, e.status, str(e)) == (4, 500, "chat request to http://x/v1 (model 'm') failed after 4 attempts: HTTP 500: boom")
 
 # ------------------------------------------------------------------ servers that cannot continue a turn
+def test_each_endpoint_receives_its_own_bearer_token():
+    "planner, executor and judge on three servers: each request carries its role's key; a role without one sends api_key"
+    with Scripted('ok') as pl, Scripted('ok') as ex, Scripted('ok') as ju:
+        s = get_settings(env={'CODA_EXECUTOR_API_KEY': 'sk-executor'}, api_key='sk-shared', planner_api_key='sk-planner',
+                         planner_url=pl.url, executor_url=ex.url, judge_url=ju.url)
+        for role in ('planner', 'executor', 'judge'): chat(OpenAIChat.from_settings(role, s, retries=0))
+    assert [srv.headers[0]['Authorization'] for srv in (pl, ex, ju)] == ['Bearer sk-planner', 'Bearer sk-executor', 'Bearer sk-shared']
+
 def test_continue_final_refused_with_422_is_sent_again_without_the_fields_and_remembered(caplog):
     "transformers serve's answer to vLLM's fields (422 'Unexpected fields'): one retry without them, learnt per server, one warning"
     with ScriptedServer(lambda body: 'click(start_box=(1,2))', continue_final=False) as srv, caplog.at_level('WARNING', 'coda.models'):

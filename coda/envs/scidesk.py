@@ -7,7 +7,7 @@ __all__ = ['W', 'H', 'COL', 'MAX_CACHED', 'MAX_FIELD', 'MAX_INIT_LIST', 'APPS', 
            'clip_text', 'Canvas2D', 'Widget', 'draw_children', 'panel', 'label', 'button', 'checkbox', 'text_field',
            'scroll_bar', 'scrolled_draw', 'list_box', 'MenuItem', 'menu_bar', 'popup_menu', 'dialog', 'fits',
            'describe', 'run_init', 'SciApp', 'find', 'oracle_actions', 'run_oracle', 'app_class', 'scidesk_tasks',
-           'SciDesk', 'random_actions', 'run_random']
+           'SciDesk', 'simulated_tasks', 'random_actions', 'run_random']
 
 # %% ../../nbs/05a_scidesk.ipynb #746e66a3
 import functools, math
@@ -615,6 +615,20 @@ class SciDesk:
     def __exit__(self, *exc): self.close()
 
 register_env('scidesk', SciDesk)
+
+# %% ../../nbs/05a_scidesk.ipynb #e2013778
+from collections import Counter
+
+def simulated_tasks(tasks:list,     # tasks of any apps
+                   )->tuple: # (the tasks of apps scidesk simulates, a note on the others or None when there are none)
+    "The tasks scidesk can run, and one line naming the apps it does not simulate, their task counts and the environments that run them"
+    kept, left = [t for t in tasks if t.app in APPS], Counter(t.app for t in tasks if t.app not in APPS)
+    if not left: return kept, None
+    apps = ', '.join(f"{a} ({n} task{'s' if n > 1 else ''})" for a, n in sorted(left.items()))
+    return kept, (f"scidesk does not simulate {apps}: {sum(left.values())} of {len(tasks)} tasks left out; --env vm runs them in ScienceBoard's "
+                  f"VMs, --env desktop runs the real apps installed here under Xvfb (scidesk simulates {', '.join(sorted(APPS))})")
+
+SciDesk.select_tasks = staticmethod(simulated_tasks)   # what `coda eval` asks an environment before it starts
 
 # %% ../../nbs/05a_scidesk.ipynb #f3a85ae5
 def random_actions(obs:Observation, rng:random.Random)->list:

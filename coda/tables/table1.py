@@ -10,7 +10,7 @@ __all__ = ['PAPER_TABLE1', 'PAPER_APPS', 'PAIRS', 'paper_cell', 'make_table1', '
 import json
 from pathlib import Path
 import pandas as pd
-from ..paths import from_root
+from ..paths import from_root, from_cwd
 from ..metrics import success_table, table_markdown, paired_difference
 from ..store import RunStore
 from ..records import Episode

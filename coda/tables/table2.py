@@ -9,7 +9,7 @@ __all__ = ['PAPER_TABLE2', 'prf_intervals', 'table2_frame', 'table2_markdown', '
 import json, math
 from pathlib import Path
 import numpy as np, pandas as pd
-from ..paths import from_root
+from ..paths import from_root, from_cwd
 from ..judge import judge_labels
 from ..store import judgments
 from ..metrics import judge_prf
