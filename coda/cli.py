@@ -410,7 +410,7 @@ def _add_demo(sub):
               help='a one-minute demo on CPU: scidesk episodes through the real agent loop, judged, summed up and shown in the viewer',
               description="Run a few scidesk episodes (nothing served, no GPU) with the tasks' reference solutions as the planner, wrong on purpose in "
                           "a seeded share of episodes, and the accessibility grounder as the executor, into a run folder under the current directory "
-                          "(resumable); judge them with the checkers (no model), print success by app and write the trajectory viewer.")
+                          "(resumable); file the checkers' outcomes (no model; --judge tiny also trains once and asks a tiny VLM judge), print success by app and write the trajectory viewer.")
 
 def _add_plan(sub):
     from coda.plan import add_plan_args, run_plan

@@ -36,22 +36,41 @@ def _successes(rec:dict)->int:
     return round(float(avg) * int(rec['episodes']))
 
 # %% ../nbs/01a_readme.ipynb #8b87c67f
-def results_headline(figs:Path|str=ROOT/'figures', # where the table notebooks wrote table1.csv, table1_heldout.csv, table2.csv
+def _opt_csv(path:Path)->list:
+    "A CSV's records, or [] when the pipeline did not write that table"
+    return list(csv.DictReader(Path(path).open())) if Path(path).exists() else []
+
+def _paired(figs:Path)->str:
+    "The held-out paired differences the claims rest on, as '; stage1 - baseline +3.1 [-1.0, +7.2] (not distinguishable), ...'"
+    recs = {r['comparison']: r for r in _opt_csv(figs/'table1_heldout_paired.csv')}
+    pick = [c for c in ('stage1 - baseline', 'stage2 - stage1', 'stage2 - stage2_replay') if c in recs]
+    d = lambda r: f"{r['comparison']} {float(r['difference']):+.1f} [{float(r['low']):+.1f}, {float(r['high']):+.1f}] ({r['verdict']})"
+    return ('; paired differences in points: ' + ', '.join(d(recs[c]) for c in pick)) if pick else ''
+
+def _explored(figs:Path)->str:
+    "Precision and recall of the judges on the planner's own exploration (table2_exploration.csv), as ' on the planner's own exploration ...'"
+    recs = {r.get('') or r.get('judge'): r for r in _opt_csv(figs/'table2_exploration.csv')}
+    pr = lambda r: f"{float(r['Precision']):.1f} / {float(r['Recall']):.1f}" if r['Precision'] else f"- / {float(r['Recall']):.1f}"
+    return ("; on the planner's own exploration (what Stage 1 learns from) " + ', '.join(f"{j} {pr(r)}" for j, r in recs.items())) if recs else ''
+
+def results_headline(figs:Path|str=ROOT/'figures', # where the table notebooks wrote table1.csv, table1_heldout.csv, table2.csv (and the optional ones)
                     )->str: # three Markdown bullet lines
     "The results in three lines, computed from the tables' CSVs"
-    t1, ho, t2 = (_csv(Path(figs)/f'{n}.csv') for n in ('table1', 'table1_heldout', 'table2'))
+    figs = Path(figs)
+    t1, ho, t2 = (_csv(figs/f'{n}.csv') for n in ('table1', 'table1_heldout', 'table2'))
     rows, apps, tasks = ('baseline', 'stage1', 'stage2'), 'overall (mean of apps)', 'overall (mean of tasks)'
     ours = ', '.join(f"{r} {float(t1[r, apps]['Average@8']):.1f}" for r in rows)
     paper = ', '.join(t1[r, apps]['paper (ScienceBoard) Average@8'] for r in rows)
     n = ho['baseline', tasks]['episodes']
-    held = ', '.join(f"{r} {_successes(ho[r, tasks])}" for r in rows)
+    held = ', '.join(f"{r} {_successes(ho[r, tasks])}" for r in rows + (('stage2_replay',) if ('stage2_replay', tasks) in ho else ()))
     checker = ', '.join(f"{r[:-8]} {_successes(ho[r, tasks])}" for r in ('stage1_checker', 'stage2_checker'))
     pr = lambda j: f"{float(t2[j, '']['Precision']):.1f} / {float(t2[j, '']['Recall']):.1f}"
-    judges = ', '.join(f"{j} {pr(j)}" for j in ('single', 'finetuned', 'ensemble'))
-    paper2 = ', '.join(f"{t2[j, '']['Paper ScienceBoard P']} / {t2[j, '']['Paper ScienceBoard R']}" for j in ('single', 'finetuned', 'ensemble'))
+    judges = ', '.join(f"{j} {pr(j)}" for j in [j for j, _ in t2])
+    paper2 = ', '.join(f"{j} {t2[j, '']['Paper ScienceBoard P']} / {t2[j, '']['Paper ScienceBoard R']}" for j in ('single', 'ensemble'))
     return '\n'.join([f"* **Test tasks** (Table 1, Average@8, mean of apps): {ours}; the paper's rows {paper}.",
-                      f"* **Held-out generated tasks** (episodes passed of {n}): {held}; with the checkers' verdicts as labels {checker}.",
-                      f"* **Judges** (Table 2, precision / recall): {judges}; the paper's 72B judges on ScienceBoard {paper2}."])
+                      f"* **Held-out generated tasks** (episodes passed of {n}): {held}; with the checkers' verdicts as labels {checker}{_paired(figs)}.",
+                      f"* **Judges** (precision / recall): on Table 2's noisy-oracle episodes {judges}{_explored(figs)}; "
+                      f"the paper's 72B judges on ScienceBoard {paper2}."])
 
 # %% ../nbs/01a_readme.ipynb #74d417a7
 _INCLUDE = re.compile(r'<!--\s*include:\s*(\S+)\s*-->')
