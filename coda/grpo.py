@@ -15,7 +15,7 @@ from typing import Sequence
 from .actions import Action, parse_action, model_frame, planner_answer
 from .prompts import Conversation, split_planner
 from .store import RunStore, read_episode, judgments
-from .records import replay, to_trl_prompt
+from .records import replay, to_trl_prompt, step_positives, POSITIVES
 from .reward import action_reward
 from .config import size_arg
 from .launch import freeze_vision_tower, first_process
@@ -26,6 +26,7 @@ def grpo_examples(run:Path|str,         # a judged run
                   judge:str,            # the name its judgments are filed under
                   apps:Sequence|None=None,  # keep only these apps
                   language:str='English', window:int=31,  # as the agent ran
+                  positives:str='prefix',   # which positive steps count (`coda.records.POSITIVES`)
                  )->list: # dict rows
     "The GRPO examples of a judged run: one per positive step"
     store, rows = RunStore(run), []
@@ -34,7 +35,7 @@ def grpo_examples(run:Path|str,         # a judged run
         if apps and app not in apps: continue
         ep = store.episode(app, task, sample)
         steps = ep.steps if ep else []
-        for i in j.positives:
+        for i in step_positives(j, positives):
             if i >= len(steps) or not steps[i].get('actions'): continue
             conv = replay(ep, i, language, window)
             prompt, images = to_trl_prompt(conv.planner_messages())
@@ -297,7 +298,8 @@ def reference_loss(rec:dict)->float:
 
 # %% ../nbs/14_grpo.ipynb #c27c37a3
 GRPO_COMMAND_KEYS = dict(   # the --config YAML keys that are coda's rather than GRPOConfig fields, with their defaults
-    preset='coda', lora=True, freeze_vision=True, codec=None, point_scale=1.0, executor_concurrency=16, no_continue=False, shuffle=False)
+    preset='coda', lora=True, freeze_vision=True, codec=None, point_scale=1.0, executor_concurrency=16, no_continue=False, shuffle=False,
+    positives='prefix')
 LAUNCH_KEY = 'launch'       # a preset's `launch:` (accelerate config, processes) is the launcher's (`coda pipeline`), not the trainer's
 
 def add_grpo_args(p):
@@ -307,6 +309,8 @@ def add_grpo_args(p):
     d.add_argument('--runs', nargs='+', required=True, help='judged run folders')
     d.add_argument('--judge', default='coda', help='name the judgments are filed under (default coda)')
     d.add_argument('--shuffle', action='store_true', help="shuffle the dataset with --seed first (TRL's sampler also shuffles each epoch)")
+    d.add_argument('--positives', choices=list(POSITIVES), help="prefix: every judged episode's steps before its first error (default, the paper's); "
+                   "accepted: only the judge-accepted episodes' steps")
     m = p.add_argument_group('planner')
     m.add_argument('--model', required=True, help='the planner to start from (a local folder)')
     m.add_argument('--out', help='output folder (default: <run_dir>/grpo-<app>)')
@@ -348,7 +352,8 @@ def grpo_command_options(a)->tuple:
     y.pop(LAUNCH_KEY, None)
     opts = {k: y.pop(k, d) for k, d in GRPO_COMMAND_KEYS.items()}
     flags = dict(preset=a.preset, lora=False if a.no_lora else None, freeze_vision=a.freeze_vision, codec=a.codec, point_scale=a.point_scale,
-                 executor_concurrency=a.executor_concurrency, no_continue=a.no_continue or None, shuffle=a.shuffle or None)
+                 executor_concurrency=a.executor_concurrency, no_continue=a.no_continue or None, shuffle=a.shuffle or None,
+                 positives=a.positives)
     opts.update({k: v for k, v in flags.items() if v is not None})
     fields = dict(max_steps=a.max_steps, num_generations=a.num_generations, per_device_train_batch_size=a.per_device_train_batch_size,
                   gradient_accumulation_steps=a.gradient_accumulation_steps, learning_rate=a.lr, max_completion_length=a.max_completion_length,
@@ -368,7 +373,7 @@ def run_grpo_command(a):
     opts, kw = grpo_command_options(a)
     s = get_settings(getattr(a, 'settings', None), executor_url=a.executor_url, executor_model=a.executor_model, api_key=a.api_key)
     codec = load_codec(opts['codec'])
-    ds = build_grpo_dataset(a.runs, a.judge, apps=[a.app])
+    ds = build_grpo_dataset(a.runs, a.judge, apps=[a.app], positives=opts['positives'])
     if opts['shuffle']: ds = ds.shuffle(seed=kw.get('seed', 0))
     out = Path(a.out) if a.out else s.runs/f'grpo-{a.app}'
     if first_process():

@@ -6,8 +6,8 @@
 __all__ = ['MAX_REPLY', 'MAX_VERDICT', 'MAX_STEP', 'MAX_A11Y', 'JITTER', 'DETAIL', 'PRESETS', 'Verdict', 'parse_verdict',
            'Labels', 'label_steps', 'sample_frames', 'Trajectory', 'load_trajectory', 'resize_png', 'judge_messages',
            'Vote', 'JudgeConfig', 'preset', 'Decision', 'Judge', 'Ensemble', 'judge_run', 'checker_judgments',
-           'judge_labels', 'judge_eval', 'arb_data_dir', 'arb_annotations', 'download_arb', 'load_arb_trajectory',
-           'arb_trajectory_path', 'arb_judge']
+           'labelled_episodes', 'judge_labels', 'judge_eval', 'arb_data_dir', 'arb_annotations', 'download_arb',
+           'load_arb_trajectory', 'arb_trajectory_path', 'arb_judge']
 
 # %% ../nbs/11_judge.ipynb #35ca51cc
 import ast, asyncio, io, json, re, time, warnings
@@ -387,17 +387,18 @@ def checker_judgments(run:Path|str, name:str='checker')->int:
     return n
 
 # %% ../nbs/11_judge.ipynb #9c0321c2
+def labelled_episodes(run:Path|str, name:str)->list:
+    "(app, the checkers' 1/0, judge `name`'s label) of every finished, scored episode of a run, in the records' order"
+    got = {j.key: j.label for j in judgments(run, name)}
+    return [(r['app'], int((r['score'] or 0) >= 1), got.get((r['app'], r['task'], r['sample']), -1))
+            for r in RunStore(run).records() if r['status'] != 'unscored']   # unscored: no checker outcome to compare with
+
 def judge_labels(run:Path|str, name:str,
                  app:str|None=None, # only this app's episodes (None: all)
                 )->tuple:
     "(y_true from the checkers, y_pred from judge `name`) over every finished, scored episode of a run"
-    got = {j.key: j.label for j in judgments(run, name)}
-    y_true, y_pred = [], []
-    for r in RunStore(run).records():
-        if r['status'] == 'unscored' or (app is not None and r['app'] != app): continue   # no checker outcome to compare with, or another app
-        y_true.append(int((r['score'] or 0) >= 1))
-        y_pred.append(got.get((r['app'], r['task'], r['sample']), -1))
-    return y_true, y_pred
+    rows = [(t, p) for a, t, p in labelled_episodes(run, name) if app is None or a == app]
+    return [t for t, _ in rows], [p for _, p in rows]
 
 def judge_eval(run:Path|str,   # a run with checker outcomes
                names:Sequence, # judge names (as filed in the run) to compare

@@ -15,6 +15,7 @@ from typing import Sequence
 import yaml
 from .paths import from_root, from_cwd, PARAMS
 from .store import atomic_write
+from .records import POSITIVES
 
 # %% ../nbs/16_pipeconfig.ipynb #22124841
 @dataclass
@@ -128,6 +129,12 @@ class Judging:
     train: dict|None = None        # `coda train judge` settings of a fine-tuned judge (runs, labels, arb, lora_r, steps, ...); None: none
     select: str = ''               # '' : `use` and `preset` label the steps; 'f0.5' (or 'precision', 'f1'): Table 2's judge row with the best
                                    # score against the checkers on the baseline's exploration episodes (never the test tasks) labels them
+    positives: str = 'prefix'      # the judge's positive steps Stage 1 trains on: prefix (the paper's: each judged episode's steps before its
+                                   # first error), accepted (the accepted episodes' only) or select (judge_select picks by `select` on step labels)
+
+    def __post_init__(self):
+        if self.positives not in (*POSITIVES, 'select'): raise ValueError(f"judging.positives is one of {[*POSITIVES, 'select']}, not {self.positives!r}")
+        if self.positives == 'select' and not self.select: raise ValueError("judging.positives: select is chosen by judge_select: set judging.select too")
 
 @dataclass
 class Evaluation:

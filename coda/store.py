@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['NO_LABELS', 'safe_name', 'inside', 'dumps', 'atomic_write', 'off_loop', 'EpisodeWriter', 'short_repr', 'read_dict',
            'read_jsonl', 'RunMismatch', 'read_episode', 'RunStore', 'ended_in_error', 'judgment_path', 'file_judgment',
-           'read_judgments', 'judgments', 'as_text']
+           'read_judgments', 'judgments', 'judge_names', 'as_text']
 
 # %% ../nbs/08_store.ipynb #03be7d09
 import asyncio, concurrent.futures, json, os, re, shutil, threading, time, hashlib, warnings
@@ -339,6 +339,21 @@ def read_judgments(run:Path|str, name:str)->list:
 def judgments(run:Path|str, name:str)->list:
     "Every filed decision of judge `name` in a run, as `Judgment`s"
     return [Judgment.from_dict(d) for d in read_judgments(run, name)]
+
+# %% ../nbs/08_store.ipynb #b67fad6c
+def _judge_name(d:Path)->str|None:
+    "The name of the judge whose judgments are filed in folder `d`"
+    if safe_name(d.name) == d.name: return d.name
+    for p in sorted(d.glob('*/*/*.json')):
+        j = (read_dict(p)[0] or {}).get('judge')
+        if isinstance(j, str) and safe_name(j) == d.name: return j
+    return None
+
+def judge_names(run:Path|str, # a run folder
+               )->list:
+    "The names of the judges with a folder of judgments in the run, sorted"
+    folders = (Path(run)/'judgments').glob('*')
+    return sorted(n for d in folders if d.is_dir() and (n := _judge_name(d)) is not None)
 
 # %% ../nbs/08_store.ipynb #2d9299a6
 def as_text(v)->str:

@@ -1,16 +1,16 @@
 """`coda.export`: a run's steps and episodes as `datasets` with the screenshots inside (the parquet files alone decode
 them once the run folder is gone), a folder `load_dataset` reads offline, the judges' labels joined to the right
 episode and step, damaged and unfinished episodes handled, model text kept as text; and the TRL views."""
-import io, json, shutil, socket, warnings
+import io, json, shutil, socket
 from pathlib import Path
 import pytest
 from PIL import Image
 import datasets
 import coda.export
-from coda.store import RunStore, file_judgment, judgment_path, atomic_write
+from needs import caught
+from coda.store import RunStore, file_judgment, judge_names, judgment_path, atomic_write, safe_name
 from coda.records import Judgment
-from coda.export import (steps_dataset, episodes_dataset, export_run, sft_dataset, grpo_dataset, judge_names, run_fingerprint, SHARD,
-                         steps_features)
+from coda.export import steps_dataset, episodes_dataset, export_run, sft_dataset, grpo_dataset, run_fingerprint, SHARD, steps_features
 
 def png(w:int, h:int)->bytes:
     b = io.BytesIO()
@@ -46,12 +46,6 @@ def run(tmp_path):
     judge(root, 'coda', ('Algebra', 'A-01', 1), False, [0])
     judge(root, 'solo', ('Algebra', 'A-01', 0), False, [1], clean=False)
     return root
-
-def caught(fn):
-    with warnings.catch_warnings(record=True) as ws:
-        warnings.simplefilter('always')
-        v = fn()
-    return v, [str(w.message) for w in ws]
 
 @pytest.fixture
 def offline(monkeypatch):
@@ -139,6 +133,20 @@ def test_labels_joined_to_their_episode_and_step(run, tmp_path):
     assert e['judge_coda_label'] == [1, 0]
     only = steps_dataset(run, judges=['solo'], cache_dir=str(tmp_path/'c'))
     assert [k for k in only.column_names if k.startswith('judge_')] == ['judge_solo_accepted', 'judge_solo_positive']
+
+def test_a_judge_filed_under_an_escaped_folder_is_exported_by_its_name(run, tmp_path):
+    "A judge named 'qwen/72b' is filed under judgments/qwen%2F72b: listed by its real name, its decisions read and joined"
+    judge(run, 'qwen/72b', ('Algebra', 'A-01', 1), True, [1])
+    assert safe_name('qwen/72b') == 'qwen%2F72b' and (run/'judgments'/'qwen%2F72b').is_dir()
+    assert judge_names(run) == ['coda', 'qwen/72b', 'solo']
+    s = steps_dataset(run, cache_dir=str(tmp_path/'c'))
+    assert s['judge_qwen%2F72b_accepted'] == [None, None, None, True, True] and s['judge_qwen%2F72b_positive'] == [None, None, None, False, True]
+    e = episodes_dataset(run, cache_dir=str(tmp_path/'c'))
+    assert e['judge_qwen%2F72b_positives'] == [None, [1]] and e['judge_coda_positives'] == [[0, 1, 2], [0]]
+    out = export_run(run, tmp_path/'out')
+    assert '`qwen/72b`' in (out/'README.md').read_text()
+    got = datasets.load_dataset('parquet', data_files=str(out/'data'/'episodes'/SHARD), split='train', cache_dir=str(tmp_path/'hf'))
+    assert got['judge_qwen%2F72b_accepted'] == [None, True]
 
 def test_a_judgment_that_spells_the_sample_as_text_still_joins(run, tmp_path):
     p = judgment_path(run, 'text', ('Algebra', 'A-01', 1))

@@ -79,6 +79,9 @@ def test_smoke_pipeline_killed_mid_stage_resumes_to_the_tables(tmp_path):
     sel = stages['judge_select']['outputs']                                       # the labelling judge, chosen on the baseline's exploration
     assert sel['chosen'] in sel['scores'] and set(sel['scores']) == set(t2_rows := ['single', 'voting@4', 'voting@4 + multi-resolution', 'finetuned', 'ensemble'])
     assert stages['judge_baseline']['outputs']['row'] == sel['chosen'] and stages['judge_baseline']['outputs']['copied'] > 0
+    assert sel['positives'] in ('prefix', 'accepted') and set(sel['step_scores'][sel['chosen']]) == {'prefix', 'accepted'}   # and its step labels
+    assert all(f"--positives {sel['positives']}" in ' '.join(stages[n]['commands'][0]) for n in grpo)
+    assert set(pd.read_csv(run/'figures'/'table2_step_labels.csv')['positives']) == {'prefix', 'accepted'}
     assert "what Stage 1 trains on" in (run/'figures'/'table2.md').read_text() and set(t2_rows) <= set(pd.read_csv(run/'figures'/'table2_exploration.csv', index_col=0).index)
     t2 = pd.read_csv(run/'figures'/'table2.csv', index_col=0)
     assert list(t2.index) == ['single', 'finetuned', 'voting@4', 'voting@4 + multi-resolution', 'ensemble']

@@ -1,10 +1,11 @@
 """Run folders that nothing damaged can break: ids mapped injectively to folder names and nothing written or
 deleted outside the run, a damaged file costing only its own episode (skipped with a warning naming it, run again
 on resume), records that can always be written (lone surrogates), and a resume with other settings refused."""
-import asyncio, dataclasses, json, os, signal, subprocess, sys, time, warnings
+import asyncio, dataclasses, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
+from needs import caught
 from coda.agent import Agent, AgentConfig, run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.models import OpenAIChat
@@ -21,13 +22,6 @@ def finished(store, app, task, sample=0, result=DONE, step=None):
     w.add_step(step or {'step': 0, 'thought': 'Thought: done', 'actions': [{'kind': 'answer', 'text': '4'}]}, b'\x89PNG')
     w.finish(result)
     return store.episode_dir(app, task, sample)
-
-def caught(fn):
-    "fn()'s value and the messages of the warnings it raised"
-    with warnings.catch_warnings(record=True) as ws:
-        warnings.simplefilter('always')
-        v = fn()
-    return v, [str(w.message) for w in ws]
 
 # ------------------------------------------------------------------ folder names
 def test_ids_that_differ_get_different_folders(tmp_path):

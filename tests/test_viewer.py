@@ -2,16 +2,16 @@
 screens, escaping of everything read from the run, damaged episodes shown without crashing, and only one page of
 episodes in the document; then the same pages in a real headless Chromium (filters, pages, zoom, images), driven by
 Playwright."""
-import io, os, re, shutil, tempfile, warnings
+import io, os, re, shutil, tempfile
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
 import pytest
 from PIL import Image
-from needs import need_programs
+from needs import caught, need_programs
 from coda.records import Judgment
-from coda.store import RunStore, file_judgment, judgment_path
-from coda.viewer import to_html, judge_names
+from coda.store import RunStore, file_judgment, judge_names, judgment_path
+from coda.viewer import to_html
 
 APPS = ('Algebra', 'Biochem', 'Astronomy')
 OUTCOMES = ('success', 'fail', 'error', 'unscored', 'unfinished')
@@ -58,13 +58,6 @@ def live(doc:str)->str:
 def templates(doc:str)->dict:
     "{label: the template's HTML} of every episode"
     return {m[1]: m[0] for m in re.finditer(r'<template class="ep"[^>]*data-label="([^"]*)".*?</template>', doc, flags=re.S)}
-
-def caught(fn):
-    "fn()'s value and the messages of the warnings it raised"
-    with warnings.catch_warnings(record=True) as ws:
-        warnings.simplefilter('always')
-        v = fn()
-    return v, [str(w.message) for w in ws]
 
 @pytest.fixture(scope='module')
 def small(tmp_path_factory):
