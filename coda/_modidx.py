@@ -1919,6 +1919,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                              'coda.readme.expand': ('readme.html#expand', 'coda/readme.py'),
                              'coda.readme.nb_to_markdown': ('readme.html#nb_to_markdown', 'coda/readme.py'),
                              'coda.readme.results_headline': ('readme.html#results_headline', 'coda/readme.py'),
+                             'coda.readme.run_summary': ('readme.html#run_summary', 'coda/readme.py'),
                              'coda.readme.seeds_table': ('readme.html#seeds_table', 'coda/readme.py'),
                              'coda.readme.write_readme': ('readme.html#write_readme', 'coda/readme.py')},
             'coda.records': { 'coda.records.Episode': ('records.html#episode', 'coda/records.py'),

@@ -137,7 +137,8 @@ def judge_sft_rows(runs:Sequence,              # run folders with judgments file
                 continue
             v = judgment_verdict(j, t.n_steps, noise.get(f'{app}/{task}'), error_steps)
             key = f'{run}|{app}|{task}|{sample}'
-            crop = random.Random(f'{seed}|{key}').choice([None, *map(tuple, crops)]) if crops else None   # the views the votes will use
+            view = random.Random(f'{seed}|{run.name}|{app}|{task}|{sample}')   # seeded by the run's name, not its path: any clone draws the same
+            crop = view.choice([None, *map(tuple, crops)]) if crops else None   # the views the votes will use
             rows.append(judge_row(t, v, max_frames, resolution, actions, codec, a11y, crop, run=str(run), app=app, task=task, sample=int(sample), key=key))
     if balance: rows = balance_rows(rows, seed)
     return rows, row_counts(rows, skipped)
