@@ -81,7 +81,13 @@ def test_smoke_pipeline_killed_mid_stage_resumes_to_the_tables(tmp_path):
     assert stages['judge_baseline']['outputs']['row'] == sel['chosen'] and stages['judge_baseline']['outputs']['copied'] > 0
     assert sel['positives'] in ('prefix', 'accepted') and set(sel['step_scores'][sel['chosen']]) == {'prefix', 'accepted'}   # and its step labels
     assert all(f"--positives {sel['positives']}" in ' '.join(stages[n]['commands'][0]) for n in grpo)
-    assert set(pd.read_csv(run/'figures'/'table2_step_labels.csv')['positives']) == {'prefix', 'accepted'}
+    sl = pd.read_csv(run/'figures'/'table2_step_labels.csv')
+    assert set(sl['positives']) == {'prefix', 'accepted'} and sl['chosen'].sum() == 1
+    per_app = [c for c in sl.columns if c.endswith(' steps')]
+    assert (sl[per_app].fillna(0).sum(axis=1) == sl['steps']).all()               # each row's steps, app by app
+    md = (run/'figures'/'table2.md').read_text()
+    assert all(f"| {x['judge']} | {x['positives']} | {x['steps']} | {x['precision']:.1f} | {x['recall']:.1f} | "
+               + ' | '.join(str(int(x[c])) if pd.notna(x[c]) else '0' for c in per_app) + ' |' in md for _, x in sl.iterrows())
     assert "what Stage 1 trains on" in (run/'figures'/'table2.md').read_text() and set(t2_rows) <= set(pd.read_csv(run/'figures'/'table2_exploration.csv', index_col=0).index)
     t2 = pd.read_csv(run/'figures'/'table2.csv', index_col=0)
     assert list(t2.index) == ['single', 'finetuned', 'voting@4', 'voting@4 + multi-resolution', 'ensemble']
