@@ -394,7 +394,6 @@ def step_scores(runs:Sequence,   # judged runs whose episodes the checkers also 
                 positives:str,   # the policy (`coda.records.POSITIVES`)
                )->tuple: # (overall, {app: scores})
     "How the positive steps judge `name` gives under `positives` agree with the checkers' (every step of a passed episode): tp, fp, fn, P, R"
-    from coda.records import step_positives
     got = {}
     for r in runs:
         ref = {j.key: set(j.positives) for j in judgments(r, CHECKER)}
@@ -554,7 +553,11 @@ def generation(self:Pipeline, launch:Launch, base:ModelRef, name:str)->dict:
 def step_policy(self:Pipeline)->str:
     "Which positive steps train Stage 1 (`coda.records.POSITIVES`): judging.positives, or what judge_select chose ('CHOSEN' in a dry run)"
     pos = self.cfg.judging.positives
-    return pos if pos != 'select' else self.record.outputs('judge_select').get('positives') or 'CHOSEN'
+    if pos != 'select': return pos
+    if chosen := self.record.outputs('judge_select').get('positives'): return chosen
+    if self.dry: return 'CHOSEN'
+    raise ValueError(f"{self.root}: judge_select recorded no step-label policy (it ran before judging.positives existed): "
+                     "resume with --redo judge_select")
 
 @patch
 def stage_stage1(self:Pipeline, app:str, labels:str, sfx:str, explored:Sequence):
