@@ -1835,6 +1835,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'coda.pipeline.Pipeline.write_args': ('pipeline.html#pipeline.write_args', 'coda/pipeline.py'),
                                'coda.pipeline._judge_model': ('pipeline.html#_judge_model', 'coda/pipeline.py'),
                                'coda.pipeline._prf': ('pipeline.html#_prf', 'coda/pipeline.py'),
+                               'coda.pipeline._step_score': ('pipeline.html#_step_score', 'coda/pipeline.py'),
                                'coda.pipeline.choose_judge': ('pipeline.html#choose_judge', 'coda/pipeline.py'),
                                'coda.pipeline.choose_positives': ('pipeline.html#choose_positives', 'coda/pipeline.py'),
                                'coda.pipeline.clean_successes': ('pipeline.html#clean_successes', 'coda/pipeline.py'),

@@ -389,21 +389,26 @@ def judge_vs_checker(runs:Sequence, name:str)->dict:
     "How judge `name` agreed with the checkers over `runs`: tp, fp, fn, tn, n/a, precision and recall (ARB's semantics)"
     return judge_scores(runs, name)[0]
 
-def step_scores(runs:Sequence,   # judged runs whose episodes the checkers also scored
-                name:str,        # the judge's name
-                positives:str,   # the policy (`coda.records.POSITIVES`)
-               )->tuple: # (overall, {app: scores})
-    "How the positive steps judge `name` gives under `positives` agree with the checkers' (every step of a passed episode): tp, fp, fn, P, R"
-    got = {}
+def _step_score(tp:int, fp:int, fn:int)->dict:
+    "Counts of positive steps and their precision and recall, rounded"
+    rate = lambda x, y: round(x / (x + y), 3) if x + y else 0.0
+    return dict(tp=tp, fp=fp, fn=fn, precision=rate(tp, fp), recall=rate(tp, fn))
+
+def step_scores(runs:Sequence,                  # judged runs whose episodes the checkers also scored
+                name:str,                       # the judge's name
+                policies:Sequence=POSITIVES,    # step-label policies (`coda.records.POSITIVES`) to score
+               )->dict: # {policy: {'all': scores, 'per_app': {app: scores}}}
+    "How the positive steps judge `name` gives under each policy agree with the checkers' (every step of a passed episode): tp, fp, fn, P, R"
+    got = {k: {} for k in policies}   # policy -> app -> [tp, fp, fn]; each run's judgments read once for every policy
     for r in runs:
         ref = {j.key: set(j.positives) for j in judgments(r, CHECKER)}
         for j in judgments(r, name):
             if j.key not in ref: continue   # no checker outcome: out of both
-            mine, a = set(step_positives(j, positives)), got.setdefault(j.key[0], [0, 0, 0])
-            a[0], a[1], a[2] = a[0] + len(mine & ref[j.key]), a[1] + len(mine - ref[j.key]), a[2] + len(ref[j.key] - mine)
-    rate = lambda x, y: round(x / (x + y), 3) if x + y else 0.0
-    score = lambda tp, fp, fn: dict(tp=tp, fp=fp, fn=fn, precision=rate(tp, fp), recall=rate(tp, fn))
-    return score(*map(sum, zip(*got.values()))) if got else score(0, 0, 0), {a: score(*v) for a, v in got.items()}
+            for k in policies:
+                mine, a = set(step_positives(j, k)), got[k].setdefault(j.key[0], [0, 0, 0])
+                a[0], a[1], a[2] = a[0] + len(mine & ref[j.key]), a[1] + len(mine - ref[j.key]), a[2] + len(ref[j.key] - mine)
+    return {k: {'all': _step_score(*map(sum, zip(*g.values()))) if g else _step_score(0, 0, 0), 'per_app': {a: _step_score(*v) for a, v in g.items()}}
+            for k, g in got.items()}
 
 SELECT_BETA = {'precision': 0.0, 'f0.5': 0.5, 'f1': 1.0}   # judging.select -> beta of the F-score (0: precision alone)
 
@@ -462,7 +467,7 @@ def stage_judge_select(self:Pipeline, runs:Sequence):
         for row, (refs, preset_name, name) in rows.items():
             self.judge_runs(runs, self.make_judge(refs, preset_name, f'select-{name}'))
             scores[row], per_app[row] = judge_scores(runs, f'select-{name}')
-            steps[row] = {k: dict(zip(('all', 'per_app'), step_scores(runs, f'select-{name}', k))) for k in POSITIVES}
+            steps[row] = step_scores(runs, f'select-{name}')
         chosen, why = choose_judge(scores, crit)
         pos = self.cfg.judging.positives
         if pos == 'select': pos, pos_why = choose_positives({k: m['all'] for k, m in steps[chosen].items()}, crit)

@@ -63,12 +63,13 @@ def results_headline(figs:Path|str=ROOT/'figures', # where the table notebooks w
     paper = ', '.join(t1[r, apps]['paper (ScienceBoard) Average@8'] for r in rows)
     n = ho['baseline', tasks]['episodes']
     held = ', '.join(f"{r} {_successes(ho[r, tasks])}" for r in rows + (('stage2_replay',) if ('stage2_replay', tasks) in ho else ()))
-    checker = ', '.join(f"{r[:-8]} {_successes(ho[r, tasks])}" for r in ('stage1_checker', 'stage2_checker'))
+    checker = ', '.join(f"{r[:-8]} {_successes(ho[r, tasks])}" for r in ('stage1_checker', 'stage2_checker') if (r, tasks) in ho)   # evaluation.ablation
+    checker = f"; with the checkers' verdicts as labels {checker}" if checker else ''
     pr = lambda j: f"{float(t2[j, '']['Precision']):.1f} / {float(t2[j, '']['Recall']):.1f}"
     judges = ', '.join(f"{j} {pr(j)}" for j in [j for j, _ in t2])
     paper2 = ', '.join(f"{j} {t2[j, '']['Paper ScienceBoard P']} / {t2[j, '']['Paper ScienceBoard R']}" for j in ('single', 'ensemble'))
     return '\n'.join([f"* **Test tasks** (Table 1, Average@8, mean of apps): {ours}; the paper's rows {paper}.",
-                      f"* **Held-out generated tasks** (episodes passed of {n}): {held}; with the checkers' verdicts as labels {checker}{_paired(figs)}.",
+                      f"* **Held-out generated tasks** (episodes passed of {n}): {held}{checker}{_paired(figs)}.",
                       f"* **Judges** (precision / recall): on Table 2's noisy-oracle episodes {judges}{_explored(figs)}; "
                       f"the paper's 72B judges on ScienceBoard {paper2}."])
 
@@ -81,20 +82,19 @@ def _iv(v, lo, hi, sign=False)->str:
 def _seed_rows(figs:Path)->dict:
     "{row label: text} of one run's figures folder (absent tables give no rows)"
     out, tasks = {}, 'overall (mean of tasks)'
+    keyed = lambda name: _csv(figs/name) if (figs/name).exists() else {}
     ex = {r.get('') or r.get('judge'): r for r in _opt_csv(figs/'table2_exploration.csv')}
     for j, r in ex.items(): out[f"exploration: {j} P [95% CI] / R"] = f"{_iv(r['Precision'], r['P low'], r['P high'])} / {float(r['Recall']):.1f}"
     for r in _opt_csv(figs/'table2_step_labels.csv'):
         if r.get('chosen') == 'True': out['labelling judge, step policy: positive steps, P / R'] = (
             f"{r['judge']}, {r['positives']}: {r['steps']}, {float(r['precision']):.1f} / {float(r['recall']):.1f}")
-    for j, r in ({k[0]: v for k, v in _csv(figs/'table2.csv').items()} if (figs/'table2.csv').exists() else {}).items():
+    for j, r in {k[0]: v for k, v in keyed('table2.csv').items()}.items():
         out[f"Table 2: {j} P [95% CI] / R"] = f"{_iv(r['Precision'], r['P low'], r['P high'])} / {float(r['Recall']):.1f}"
-    ho = _csv(figs/'table1_heldout.csv') if (figs/'table1_heldout.csv').exists() else {}
-    for (row, app), r in ho.items():
+    for (row, app), r in keyed('table1_heldout.csv').items():
         if app == tasks: out[f"held-out: {row}, episodes passed"] = f"{_successes(r)} of {r['episodes']}"
     for r in _opt_csv(figs/'table1_heldout_paired.csv'):
         out[f"held-out: {r['comparison']}"] = f"{_iv(r['difference'], r['low'], r['high'], sign=True)} {r['verdict']}"
-    t1 = _csv(figs/'table1.csv') if (figs/'table1.csv').exists() else {}
-    for (row, app), r in t1.items():
+    for (row, app), r in keyed('table1.csv').items():
         if app == 'overall (mean of apps)': out[f"test tasks: {row}, Average@8 (%)"] = f"{100 * float(r['Average@8']):.1f}"
     return out
 
