@@ -80,6 +80,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'coda.actions.split_reply': ('actions.html#split_reply', 'coda/actions.py'),
                               'coda.actions.to_pyautogui': ('actions.html#to_pyautogui', 'coda/actions.py'),
                               'coda.actions.to_uitars': ('actions.html#to_uitars', 'coda/actions.py'),
+                              'coda.actions.wait_for_clipboard': ('actions.html#wait_for_clipboard', 'coda/actions.py'),
                               'coda.actions.xdo_key': ('actions.html#xdo_key', 'coda/actions.py')},
             'coda.agent': { 'coda.agent.Agent': ('agent.html#agent', 'coda/agent.py'),
                             'coda.agent.Agent.__init__': ('agent.html#agent.__init__', 'coda/agent.py'),

@@ -7,7 +7,8 @@ __all__ = ['AST_LOCK', 'KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR'
            'MAX_REPLY', 'LABEL_TRIES', 'MAX_ACTIONS', 'KEY_NAMES', 'KEY_ALIASES', 'SCROLL_CLICKS', 'DISPATCH',
            'XDO_KEYS', 'parse_ast', 'literal_eval', 'Action', 'smart_resize', 'model_frame', 'clean_text',
            'split_reply', 'normalize_keys', 'parse_action', 'planner_answer', 'to_uitars', 'needs_clipboard',
-           'to_pyautogui', 'Backend', 'execute', 'ensure_xauthority', 'PyAutoGUIBackend', 'xdo_key', 'XdotoolBackend']
+           'to_pyautogui', 'Backend', 'execute', 'ensure_xauthority', 'wait_for_clipboard', 'PyAutoGUIBackend',
+           'xdo_key', 'XdotoolBackend']
 
 # %% ../nbs/02_actions.ipynb #12dc6ddc
 import functools, math, re, os, time, shutil, subprocess
@@ -597,6 +598,22 @@ def ensure_xauthority()->str:
         os.environ['XAUTHORITY'] = p
     return p
 
+# %% ../nbs/02_actions.ipynb #ce9c3777
+def wait_for_clipboard(read,               # a function that returns the clipboard's text now
+                       text:str,           # the text just put there
+                       timeout:float=3.0,  # seconds before giving up
+                       interval:float=0.02,  # seconds between reads
+                      )->int: # how many reads it took
+    "Read the clipboard until it holds `text` (xclip takes it over asynchronously); a clear error if it never does"
+    t, n = time.monotonic(), 0
+    while True:
+        n += 1
+        try: got = read()
+        except Exception: got = None   # no owner yet: xclip -o fails
+        if got == text: return n
+        if time.monotonic() - t > timeout: raise RuntimeError(f"the clipboard did not take the text to paste within {timeout} s (it holds {got!r:.60})")
+        time.sleep(interval)
+
 # %% ../nbs/02_actions.ipynb #e6507346
 class PyAutoGUIBackend:
     "Drive the display in `$DISPLAY` (or `display`) with pyautogui"
@@ -624,6 +641,7 @@ class PyAutoGUIBackend:
     def paste(self, text):
         import pyperclip
         pyperclip.copy(text)
+        wait_for_clipboard(pyperclip.paste, text)
         self.pg.hotkey(*self.paste_key)
     def scroll(self, clicks, x=None, y=None, horizontal=False):
         (self.pg.hscroll if horizontal else self.pg.scroll)(clicks, x=x, y=y)
@@ -685,6 +703,8 @@ class XdotoolBackend:
         if not shutil.which('xclip'): raise FileNotFoundError("xclip is not installed (Debian: apt-get install xclip)")
         subprocess.run(['xclip', '-selection', 'clipboard', '-i'], input=text.encode(), env=self.env, timeout=self.timeout,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # xclip stays to serve the paste
+        read = lambda: subprocess.run(['xclip', '-selection', 'clipboard', '-o'], env=self.env, capture_output=True, timeout=1, check=True).stdout.decode()
+        wait_for_clipboard(read, text)
         self.hotkey('ctrl', 'v')
     def scroll(self, clicks, x=None, y=None, horizontal=False):
         button = (7 if clicks > 0 else 6) if horizontal else (4 if clicks > 0 else 5)

@@ -92,6 +92,7 @@ def test_smoke_pipeline_killed_mid_stage_resumes_to_the_tables(tmp_path):
     t2 = pd.read_csv(run/'figures'/'table2.csv', index_col=0)
     assert list(t2.index) == ['single', 'finetuned', 'voting@4', 'voting@4 + multi-resolution', 'ensemble']
     assert (t2.loc['single', 'Paper ScienceBoard P'], t2.loc['single', 'Paper ARB P']) == (41.5, 64.5)
+    assert json.loads((run/'figures'/'table1_run.json').read_text())['config'] == 'params/smoke.yaml'   # not the clone's folder
     for f in ('table1.md', 'table1_apps.png', 'table1_grpo.png', 'table1_pipeline.png', 'table2.md', 'table2_pr.png'):
         assert (run/'figures'/f).stat().st_size > 0, f
 
