@@ -11,7 +11,7 @@ __all__ = ['AST_LOCK', 'KINDS', 'POINTER_KINDS', 'CONTROL_KINDS', 'IMAGE_FACTOR'
            'xdo_key', 'XdotoolBackend']
 
 # %% ../nbs/02_actions.ipynb #12dc6ddc
-import functools, math, re, os, time, shutil, subprocess
+import functools, math, numbers, re, os, time, shutil, subprocess
 from dataclasses import dataclass, replace, asdict
 from typing import Protocol, Sequence
 
@@ -35,6 +35,15 @@ CONTROL_KINDS = frozenset({'wait', 'finished', 'call_user', 'answer', 'fail', 'i
 _KINDSET = frozenset(KINDS)
 
 # %% ../nbs/02_actions.ipynb #2cbd22aa
+_COORDS = ('x', 'y', 'x2', 'y2')
+
+def _is_coord(v)->bool:
+    "Whether `v` can be an Action's coordinate: None, or a real number (not a bool) that is a finite float"
+    if v is None: return True
+    if not isinstance(v, numbers.Real) or isinstance(v, bool): return False
+    try: return math.isfinite(v)
+    except OverflowError: return False   # an int no float can hold
+
 @dataclass(frozen=True, slots=True, repr=False)
 class Action:
     "One GUI action in screen pixels"
@@ -49,6 +58,8 @@ class Action:
     direction: str = ''         # `scroll`: up, down, left or right
     def __post_init__(self):
         if self.kind not in _KINDSET: raise ValueError(f"unknown action kind {self.kind!r}; expected one of {KINDS}")
+        for k in _COORDS:
+            if not _is_coord(v := getattr(self, k)): raise ValueError(f"Action {k} must be a finite number or None, not {v!r}")
 
     def __repr__(self):
         return 'Action(' + ', '.join([repr(self.kind)] + [f'{k}={v!r}' for k, v in self.to_dict().items() if k != 'kind']) + ')'
@@ -58,7 +69,11 @@ class Action:
         "Plain dict with only the fields that are set (for JSON)"
         return {k: v for k, v in asdict(self).items() if k == 'kind' or v not in (None, '', False, ())}
     @classmethod
-    def from_dict(cls, d:dict)->'Action': return cls(**{**d, 'keys': tuple(d.get('keys', ()))})
+    def from_dict(cls, d:dict)->'Action':
+        "The Action of a `to_dict` record; a record whose coordinates are not finite numbers reads as an `invalid` action saying so"
+        if (bad := next((k for k in _COORDS if not _is_coord(d.get(k))), None)):
+            return cls('invalid', text=f"[not read: {bad}={d[bad]!r} is not a finite number] {d!r:.300}")
+        return cls(**{**d, 'keys': tuple(d.get('keys', ()))})
 
 # %% ../nbs/02_actions.ipynb #41a6ca92
 IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS, MAX_RATIO = 28, 100*28*28, 16384*28*28, 200
@@ -238,18 +253,32 @@ def _unescape(v):
 # %% ../nbs/02_actions.ipynb #9e74d8ad
 _NUM = re.compile(r'-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?')
 
+class _Refused(ValueError):
+    "A call that reads but cannot become an Action (a point that is not finite); the message says why"
+
 def _numbers(v):
     if isinstance(v, (int, float)): return [float(v)]
     return [float(t) for t in _NUM.findall(v)] if v else []   # the box tokens hold no digits and no minus sign
 
-def _point(v, sx, sy):
-    "A box value as a screen point: two numbers, or the centre of four; None if neither"
+def _box_xy(v):
+    "A box value as model coordinates: two numbers, or the centre of four; None if neither"
     ns = _numbers(v)
-    if len(ns) == 2: x, y = ns
-    elif len(ns) == 4: x, y = (ns[0] + ns[2]) / 2, (ns[1] + ns[3]) / 2
-    else: return None
-    x, y = x * sx, y * sy
-    return (x, y) if math.isfinite(x) and math.isfinite(y) else None
+    if len(ns) == 2: return ns[0], ns[1]
+    if len(ns) == 4: return (ns[0] + ns[2]) / 2, (ns[1] + ns[3]) / 2
+    return None
+
+class _Frame:
+    "Model coordinates to screen pixels: scaled by (sx, sy), then clamped into the W x H screen"
+    def __init__(self, sx, sy, W, H): self.sx, self.sy, self.W, self.H = sx, sy, W, H
+    def pixel(self, x, y, scale=True):
+        "(x, y) as a point on the screen (`scale=False`: already in screen pixels); `_Refused` if it is not finite"
+        if scale: x, y = x * self.sx, y * self.sy
+        if not (math.isfinite(x) and math.isfinite(y)): raise _Refused(f"the point ({x:g}, {y:g}) is not finite")
+        return min(max(x, 0.0), self.W - 1.0), min(max(y, 0.0), self.H - 1.0)
+    def point(self, v):
+        "A box value as a point on the screen, None if it holds neither two nor four numbers"
+        xy = _box_xy(v)
+        return None if xy is None else self.pixel(*xy)
 
 # %% ../nbs/02_actions.ipynb #046f7c1e
 KEY_NAMES = frozenset(list('\t\n\r !"#$%&\'()*+,-./0123456789:;<=>?@[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~') + '''
@@ -317,8 +346,8 @@ def _first(kw, names):
 def _invalid(raw): return Action('invalid', text=raw)
 
 # %% ../nbs/02_actions.ipynb #f778ce86
-def _pyautogui_call(name, args, kw, raw):
-    "A `pyautogui.fn(...)` call (screen pixels, positional arguments) as an Action"
+def _pyautogui_call(name, args, kw, raw, fr):
+    "A `pyautogui.fn(...)` call (screen pixels, positional arguments) as an Action, its point clamped into the screen by `fr`"
     num = lambda v: float(v) if isinstance(v, str) and _NUM.fullmatch(v.strip()) else None
     xy = (num(args[0]), num(args[1])) if len(args) >= 2 else (num(kw.get('x', '')), num(kw.get('y', '')))
     has_xy = None not in xy
@@ -327,7 +356,7 @@ def _pyautogui_call(name, args, kw, raw):
         kind = {'doubleclick': 'left_double', 'rightclick': 'right_single', 'moveto': 'move'}.get(name, 'click')
         if kind == 'click' and kw.get('button', 'left').strip('\'"') == 'right': kind = 'right_single'
         if kind == 'click' and (kw.get('clicks') or '').strip() == '2': kind = 'left_double'
-        return Action(kind, *xy)
+        return Action(kind, *fr.pixel(*xy, scale=False))
     if name in ('write', 'typewrite'):
         text = args[0] if args else kw.get('message', '')
         if not text: return _invalid(raw)
@@ -340,19 +369,19 @@ def _pyautogui_call(name, args, kw, raw):
         if n is None or n == 0: return _invalid(raw)
         pos = (num(args[1]), num(args[2])) if len(args) >= 3 else (num(kw.get('x', '')), num(kw.get('y', '')))
         d = ('right' if n > 0 else 'left') if name == 'hscroll' else ('up' if n > 0 else 'down')
-        return Action('scroll', *(pos if None not in pos else (None, None)), direction=d)
+        return Action('scroll', *(fr.pixel(*pos, scale=False) if None not in pos else (None, None)), direction=d)
     return _invalid(raw)
 
 # %% ../nbs/02_actions.ipynb #d5d69b4b
-def _to_action(name, args, kw, raw, sx, sy):
-    "One scanned UI-TARS-style call as an Action (screen pixels), or `invalid`"
-    if name.startswith('pyautogui.'): return _pyautogui_call(name[10:].lower(), args, kw, raw)
+def _to_action(name, args, kw, raw, fr):
+    "One scanned UI-TARS-style call as an Action (screen pixels, through the `_Frame` fr), or `invalid`"
+    if name.startswith('pyautogui.'): return _pyautogui_call(name[10:].lower(), args, kw, raw, fr)
     kind = _ALIASES.get(name.lower())
     if kind is None: return _invalid(raw)
     if kind in POINTER_KINDS or kind == 'scroll':
         box = _first(kw, _BOX_KEYS)
         if box is None and args: box = args[0]
-        p = _point(box, sx, sy) if box is not None else None
+        p = fr.point(box) if box is not None else None
         if kind == 'scroll':
             d = (kw.get('direction') or (args[1] if len(args) > 1 else '')).strip().lower()
             d = next((x for x in _DIRS if x in d), None)
@@ -361,7 +390,7 @@ def _to_action(name, args, kw, raw, sx, sy):
         if p is None: return _invalid(raw)
         if kind == 'drag':
             end = _first(kw, ('end_box', 'end_point'))
-            q = _point(end, sx, sy) if end is not None else None
+            q = fr.point(end) if end is not None else None
             if q is None: return _invalid(raw)
             return Action('drag', p[0], p[1], q[0], q[1])
         return Action(kind, *p)
@@ -403,7 +432,7 @@ def _parse(text, frame, screen, coords):
     if len(text) > MAX_REPLY: return [_too_long(text)]
     if '[EOS]' in text: text = text.replace('[EOS]', '')
     text = clean_text(text)
-    sc = _Scan(text, sx, sy)
+    sc = _Scan(text, _Frame(sx, sy, W, H))
     # the last label wins, unless it sits inside typed text (`type(content='Action: x')`); only the last few are tried
     for tries, (_, j) in enumerate(_labels(text), 1):
         acts = sc.actions(j)
@@ -419,8 +448,8 @@ def _too_long(text):
 
 class _Scan:
     "One reply being parsed: the actions of the text after any position, each call scanned once however often it is reached"
-    def __init__(self, s, sx, sy):
-        self.s, self.sx, self.sy, self.n = s, sx, sy, len(s.rstrip())
+    def __init__(self, s, fr):
+        self.s, self.fr, self.n = s, fr, len(s.rstrip())
         self.closes, self.calls, self.last_ans, self._fence = _Closes(s, self.n), {}, s.rfind('ANS', 0, self.n), False
 
     def fence(self):
@@ -445,11 +474,16 @@ class _Scan:
             start, name, after = c
             if (hit := self.calls.get(start)) is None:
                 args, kw, end = _scan_call(s, after, n, self.closes)
-                hit = self.calls[start] = (_to_action(name, args, kw, s[start:end].strip(), self.sx, self.sy), max(end, after))
+                hit = self.calls[start] = (self.action(name, args, kw, s[start:end].strip()), max(end, after))
             out.append(hit[0])
             p = hit[1]
         if not out and (t := self.fence()) is not None: return [Action('answer', text=t)]
         return out or [_invalid(s)]
+
+    def action(self, name, args, kw, raw):
+        "One scanned call as an Action; a refused one (a point that is not finite) as an `invalid` action saying why"
+        try: return _to_action(name, args, kw, raw, self.fr)
+        except _Refused as e: return _invalid(f"[not parsed: {e}] {raw}")
 
 # %% ../nbs/02_actions.ipynb #fa373f4c
 def planner_answer(paction:str, # the planner's `Action:` text (coda.prompts.split_planner)

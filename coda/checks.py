@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['MAX_DEPTH', 'MAX_NODES', 'MAX_STEPS', 'MAX_LEN', 'MAX_TEXT', 'MAX_PATTERN', 'MAX_BITS', 'MAX_WORK', 'MAX_NDIGITS',
-           'ARITY', 'LOOPS', 'CheckError', 'is_op', 'validate', 'brief', 'lookup', 'check']
+           'ARITY', 'LOOPS', 'ARG_KINDS', 'CheckError', 'is_op', 'brief', 'lookup', 'validate', 'check']
 
 # %% ../nbs/06a_checks.ipynb #f9121333
 import functools, json, math
@@ -38,46 +38,11 @@ def is_op(x)->bool:
     "Whether `x` is an operation (a list whose first element is a string)"
     return isinstance(x, list) and len(x) > 0 and isinstance(x[0], str)
 
-# %% ../nbs/06a_checks.ipynb #c8dc8536
-def validate(expr,                # a checker expression
-             where:str='check',   # how error messages name the expression's root
-            )->None:
-    "Raise `CheckError` (saying where) if `expr` has an unknown operator, a wrong arity, or is too big or too deep"
-    n = 0
-    def walk(x, at, d):
-        nonlocal n
-        n += 1
-        if n > MAX_NODES: raise CheckError(f"{where}: more than {MAX_NODES} nodes")
-        if d > MAX_DEPTH: raise CheckError(f"{at}: nested deeper than {MAX_DEPTH}")
-        if isinstance(x, (str, int, float, bool, dict, tuple)) or x is None: return
-        if not isinstance(x, list): raise CheckError(f"{at}: {type(x).__name__} is not a JSON value")
-        if not is_op(x):
-            for i, e in enumerate(x):
-                if is_op(e) and e[0] in ARITY:
-                    raise CheckError(f"{at}[{i}]: operation {e[0]!r} inside a literal list (write [\"list\", ...] to evaluate the elements)")
-            return
-        op, args = x[0], x[1:]
-        if op not in ARITY: raise CheckError(f"{at}: unknown operator {op!r} (a literal list starting with a string is written [\"quote\", [...]])")
-        lo, hi = ARITY[op]
-        if len(args) < lo or (hi is not None and len(args) > hi):
-            want = f"{lo}" if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
-            raise CheckError(f"{at}: {op!r} takes {want} argument{'s' if want != '1' else ''}, got {len(args)}")
-        if op == 'quote': return
-        if op == 'var' and not isinstance(args[0], str): raise CheckError(f"{at}: 'var' takes a name (a string)")
-        if op == 'let':
-            if not isinstance(args[0], dict) or not all(isinstance(k, str) for k in args[0]):
-                raise CheckError(f"{at}: 'let' takes an object of names to expressions, then a body")
-            for k, v in args[0].items(): walk(v, f"{at}[1][{k!r}]", d + 1)
-            return walk(args[1], f"{at}[2]", d + 1)
-        if op == 'has' and len(args) == 1 and not (is_op(args[0]) and args[0][0] in ('$', '@')):
-            raise CheckError(f"{at}: 'has' with one argument takes a path ([\"$\", ...] or [\"@\", ...])")
-        for i, a in enumerate(args, 1): walk(a, f"{at}[{i}]", d + 1)
-    walk(expr, where, 0)
-
 # %% ../nbs/06a_checks.ipynb #2258a182
 def brief(x, n=80):
-    "A short repr for messages"
-    r = repr(x)
+    "A short repr for messages, of any value (one Python will not print, such as a 5,000-digit int, gives its type)"
+    try: r = repr(x)
+    except (ValueError, RecursionError): r = f"<{type(x).__name__}>"
     return r if len(r) <= n else r[:n] + '…'
 
 def _isnum(x): return isinstance(x, (int, float, np.number)) and not isinstance(x, np.bool_)
@@ -182,6 +147,8 @@ def _join(sep, xs):
     if len(sep) * max(0, len(xs) - 1) + sum(map(len, xs)) > MAX_LEN: raise CheckError(f"'join' result longer than {MAX_LEN:,}")
     return sep.join(xs)
 
+def _one_line(s:str)->str: return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
 @functools.lru_cache(maxsize=256)
 def _regex(pattern:str):
     "A compiled RE2 pattern (linear-time matching), or CheckError for what RE2 cannot compile"
@@ -190,14 +157,19 @@ def _regex(pattern:str):
     try: return re2.compile(clean_text(pattern), opts)
     except re2.error as e:
         why = e.args[0].decode('utf-8', 'replace') if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise CheckError(f"'matches' cannot use pattern {brief(pattern)}: {why} (RE2 syntax: no backreferences or lookarounds)") from None
+        raise CheckError(f"'matches' cannot use pattern {brief(pattern)}: {_one_line(why)} (RE2 syntax: no backreferences or lookarounds)") from None
 
-def _matches(x, pattern):
+def _pattern(pattern):
+    "The RE2 program of a `matches` pattern: a string of at most `MAX_PATTERN` characters that RE2 compiles, else CheckError"
     _str('matches', pattern)
     if len(pattern) > MAX_PATTERN: raise CheckError(f"'matches' pattern longer than {MAX_PATTERN} characters")
+    return _regex(pattern)
+
+def _matches(x, pattern):
+    prog = _pattern(pattern)
     if not isinstance(x, str): x = json.dumps(x)
     if len(x) > MAX_TEXT: raise CheckError(f"'matches' text longer than {MAX_TEXT:,} characters")
-    return _regex(pattern).search(clean_text(x)) is not None
+    return prog.search(clean_text(x)) is not None
 
 # %% ../nbs/06a_checks.ipynb #6020a450
 def _in(x, coll):
@@ -287,6 +259,87 @@ def _cost(op, vals)->int:
     if op == 'sorted': return n * max(1, n.bit_length())
     return n
 
+# %% ../nbs/06a_checks.ipynb #ad862309
+_KINDS = {  # kind -> (test of a literal value, what the message says it must be)
+    'any': (lambda v: True, 'anything'), 'num': (_isnum, 'a number'), 'divisor': (lambda v: _isnum(v) and v != 0, 'a number other than 0'),
+    'ndigits': (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_NDIGITS),
+                f'null or an integer from -{MAX_NDIGITS:,} to {MAX_NDIGITS:,}'),
+    'int?': (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), 'an integer or null'),
+    'str': (lambda v: isinstance(v, str), 'a string'), 'str?': (lambda v: v is None or isinstance(v, str), 'a string or null'),
+    'strs': (lambda v: isinstance(v, (str, dict)) or (isinstance(v, (list, tuple)) and all(isinstance(e, str) for e in v)), 'a list of strings'),
+    'addable': (lambda v: _isnum(v) or isinstance(v, (str, list)), 'a number, a string or a list'),
+    'coll': (lambda v: isinstance(v, (list, tuple, str, dict)), 'a list, a string or an object'),
+    'nums': (lambda v: isinstance(v, (list, tuple)) and all(map(_isnum, v)), 'a list of numbers'),
+    'vec': (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(map(_isnum, v)), 'a non-empty list of numbers'),
+    'obj': (lambda v: isinstance(v, dict), 'an object'), 'seq': (lambda v: isinstance(v, (str, list)), 'a string or a list'),
+    'holder': (lambda v: isinstance(v, (dict, list, tuple, str)), 'an object, a list or a string'),
+    'key': (lambda v: v is None or isinstance(v, (str, int, float, bool, tuple)), 'a key (a string, a number, true, false or null)'),
+    'pattern': (lambda v: _pattern(v) is not None, 'an RE2 pattern')}   # `_pattern` raises the reason itself
+
+# operator -> the kind of each literal argument by position, the last one repeating; operators not here take anything
+ARG_KINDS = {'close': ('num',), 'near32': ('num',), '-': ('num',), '*': ('num',), '/': ('num', 'divisor'), '%': ('num', 'divisor'),
+             'abs': ('num',), 'round': ('num', 'ndigits'), '+': ('addable',), 'lower': ('str',), 'upper': ('str',),
+             'strip': ('str', 'str?'), 'startswith': ('str',), 'endswith': ('str',), 'split': ('str', 'str?'), 'join': ('str', 'strs'),
+             'matches': ('any', 'pattern'), 'len': ('coll',), 'sum': ('nums',), 'sorted': ('coll',), 'set': ('coll',),
+             'keys': ('obj',), 'values': ('obj',), 'items': ('obj',), 'in': ('any', 'coll'), 'subset': ('coll',),
+             'index': ('holder', 'key'), 'slice': ('seq', 'int?'), 'dot': ('vec',), 'norm': ('vec',), 'cos': ('vec',),
+             'get': ('holder', 'key', 'any'), 'has': ('holder', 'key'), '$': ('key',), '@': ('key',), **{op: ('coll', 'any') for op in LOOPS}}
+
+def _literal(x):
+    "The value of a literal argument, or `_NO` for an operation (its value depends on the dump)"
+    if not is_op(x): return x
+    return x[1] if x[0] == 'quote' and len(x) == 2 else _NO   # a malformed quote is reported by its own arity check
+
+def _check_literals(op, args, at):
+    "Raise CheckError naming the argument if a literal argument of `op` is not of the kind `op` takes"
+    kinds = ('coll',) if op in ('min', 'max') and len(args) == 1 else ARG_KINDS.get(op)
+    if kinds is None: return
+    lits = [(i, v) for i, a in enumerate(args, 1) if (v := _literal(a)) is not _NO]
+    for i, v in lits:
+        test, what = _KINDS[kinds[min(i, len(kinds)) - 1]]
+        try: ok = test(v)
+        except CheckError as e: raise CheckError(f"{at}[{i}]: {e}") from None
+        if not ok: raise CheckError(f"{at}[{i}]: {op!r} takes {what} here, not {brief(v)}")
+    if op == '+' and len({'number' if _isnum(v) else type(v).__name__ for _, v in lits}) > 1:
+        raise CheckError(f"{at}: '+' adds numbers, strings or lists, one kind at a time, not {', '.join(brief(v, 20) for _, v in lits)}")
+
+# %% ../nbs/06a_checks.ipynb #c8dc8536
+def validate(expr,                # a checker expression
+             where:str='check',   # how error messages name the expression's root
+            )->None:
+    "Raise `CheckError` (saying where) if `expr` has an unknown operator, a wrong arity, a literal argument of the wrong kind, or is too big or too deep"
+    n = 0
+    def walk(x, at, d):
+        nonlocal n
+        n += 1
+        if n > MAX_NODES: raise CheckError(f"{where}: more than {MAX_NODES} nodes")
+        if d > MAX_DEPTH: raise CheckError(f"{at}: nested deeper than {MAX_DEPTH}")
+        if isinstance(x, (str, int, float, bool, dict, tuple)) or x is None: return
+        if not isinstance(x, list): raise CheckError(f"{at}: {type(x).__name__} is not a JSON value")
+        if not is_op(x):
+            for i, e in enumerate(x):
+                if is_op(e) and e[0] in ARITY:
+                    raise CheckError(f"{at}[{i}]: operation {e[0]!r} inside a literal list (write [\"list\", ...] to evaluate the elements)")
+            return
+        op, args = x[0], x[1:]
+        if op not in ARITY: raise CheckError(f"{at}: unknown operator {brief(op, 40)} (a literal list starting with a string is written [\"quote\", [...]])")
+        lo, hi = ARITY[op]
+        if len(args) < lo or (hi is not None and len(args) > hi):
+            want = f"{lo}" if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
+            raise CheckError(f"{at}: {op!r} takes {want} argument{'s' if want != '1' else ''}, got {len(args)}")
+        if op == 'quote': return
+        if op == 'var' and not isinstance(args[0], str): raise CheckError(f"{at}: 'var' takes a name (a string)")
+        if op == 'let':
+            if not isinstance(args[0], dict) or not all(isinstance(k, str) for k in args[0]):
+                raise CheckError(f"{at}: 'let' takes an object of names to expressions, then a body")
+            for k, v in args[0].items(): walk(v, f"{at}[1][{brief(k, 40)}]", d + 1)
+            return walk(args[1], f"{at}[2]", d + 1)
+        if op == 'has' and len(args) == 1 and not (is_op(args[0]) and args[0][0] in ('$', '@')):
+            raise CheckError(f"{at}: 'has' with one argument takes a path ([\"$\", ...] or [\"@\", ...])")
+        _check_literals(op, args, at)
+        for i, a in enumerate(args, 1): walk(a, f"{at}[{i}]", d + 1)
+    walk(expr, where, 0)
+
 # %% ../nbs/06a_checks.ipynb #1f1dc672
 class _Eval:
     "One evaluation: the dump, and the step budget shared by everything evaluated for it"
@@ -298,7 +351,7 @@ class _Eval:
         if not is_op(x): return x
         if d > MAX_DEPTH: raise CheckError(f"nested deeper than {MAX_DEPTH}")
         op, args = x[0], x[1:]
-        if op not in ARITY: raise CheckError(f"unknown operator {op!r}")
+        if op not in ARITY: raise CheckError(f"unknown operator {brief(op, 40)}")
         lo, hi = ARITY[op]
         if len(args) < lo or (hi is not None and len(args) > hi): raise CheckError(f"{op!r} takes {lo}..{hi or 'n'} arguments, got {len(args)}")
         E = lambda a, el=el, env=env: self.ev(a, el, env, d + 1)
@@ -353,7 +406,7 @@ def path(self:_Eval, op, keys, el, env, d, soft=False):
             try: x = lookup(x, k, where)
             except CheckError: return _NO
         else: x = lookup(x, k, where)
-        where += f"[{k!r}]"
+        where += f"[{brief(k, 40)}]"
     return x
 
 # %% ../nbs/06a_checks.ipynb #c9fd14ee

@@ -150,11 +150,26 @@ def _preflight(chats:dict, make_env, env_name:str):
         env.close()
     except Exception as e: raise UserError(f"environment {env_name!r} cannot be built: {type(e).__name__}: {_first_line(e)}") from None
 
-def _resume_command(argv:list, run:Path)->str:
-    "The command that resumes a `coda eval` given `argv`: the same arguments with the run folder made explicit and without --fresh"
+def _resume_command(argv:list,          # the arguments `coda` was given
+                    run:Path,            # the run folder it wrote
+                    keys:dict|None=None, # {environment variable: the API key given as a flag, or None}
+                   )->str:
+    "The command that resumes a `coda eval` given `argv`: the run folder made explicit, no --fresh, each API key replaced by its variable"
     args = [x for x in argv if x != '--fresh']
     if not any(x == '--run' or x.startswith('--run=') for x in args): args += ['--run', str(run)]
-    return shlex.join(['coda', *args])
+    var = {key: name for name, key in (keys or {}).items() if key}
+    def word(x:str)->str:
+        flag, eq, value = x.partition('=')
+        if x in var: return f'"${var[x]}"'
+        return f'{shlex.quote(flag)}="${var[value]}"' if eq and value in var else shlex.quote(x)
+    return ' '.join(['coda', *map(word, args)])
+
+def _interrupted(a, run:Path)->str:
+    "What `coda eval` says when Ctrl-C stops it: where the episodes are, and the command that resumes (no API key in it)"
+    keys = {f'CODA_{k.upper()}': getattr(a, k, None) for k in ('api_key', 'planner_api_key', 'executor_api_key')}
+    used = [name for name, key in keys.items() if key]
+    note = f"\n(API keys are not printed: the command reads them from ${', $'.join(used)}, which must hold them)" if used else ''
+    return f"\ncoda eval: interrupted; the finished episodes are kept in {run}. Resume with:\n  {_resume_command(a.argv, run, keys)}{note}"
 
 # %% ../nbs/90_cli.ipynb #fa0ad1b4
 def _runnable(env:str, tasks:list)->list:
@@ -226,12 +241,12 @@ def _cmd_eval(a):
                        ks=a.k or (1,), run_info={'planner': p_name, 'executor': e_name, 'planner_url': p_url, 'executor_url': e_url,
                                                  'env': a.env, 'env_opts': opts, 'tasks_path': str(a.tasks), 'ray': a.ray,
                                                  **({'max_steps': a.max_steps} if a.max_steps else {})},
-                       episode_timeout=a.episode_timeout, seed=a.seed)
+                       episode_timeout=a.episode_timeout, seed=a.seed, accept_changes=a.accept_changes)
     except RunMismatch as e:   # its message names each setting that differs
         msg = str(e).replace('another --out folder', 'another --run folder')
         raise UserError(msg if '--fresh' in msg else f"{msg}; give another --run folder, or --fresh to start {run} over") from None
     except KeyboardInterrupt:
-        print(f"\ncoda eval: interrupted; the finished episodes are kept in {run}. Resume with:\n  {_resume_command(a.argv, run)}", file=sys.stderr, flush=True)
+        print(_interrupted(a, run), file=sys.stderr, flush=True)
         sys.exit(130)
     finally: stop_envs()
     print(out['markdown'])
@@ -274,10 +289,14 @@ def _add_eval(sub):
         c.add_argument(f'--{role}-api-key', help=f'API key of the {role} endpoint only (default: settings, then --api-key)')
     c.add_argument('--api-key', help='API key of both endpoints unless --planner-api-key / --executor-api-key (default: settings)')
     c.add_argument('--no-continue', action='store_true', help="executor writes a fresh reply instead of continuing the planner's thought")
-    c.add_argument('--episode-timeout', type=_positive_float, help='seconds an episode may take; longer ones count as failed timeouts (a stuck step is killed)')
+    c.add_argument('--episode-timeout', type=_positive_float,
+                   help='seconds an episode may take (default: coda.rollout.EPISODE_TIMEOUT, an hour); longer ones count as failed timeouts '
+                        '(a stuck step is killed)')
     c.add_argument('--html', action='store_true', help='also write the trajectory viewer (viewer.html in the run folder)')
     c.add_argument('--retries', type=_at_least(0), default=0, help='run an episode that ended in an error (crashed app, dead worker) again, up to N times')
     c.add_argument('--retry-errors', action='store_true', help='on resume, run again the episodes that ended in an error or a timeout')
+    c.add_argument('--accept-changes', action='store_true',
+                   help='resume a run folder started with other settings (another model, URL, seed, n) on purpose; run.json records the change')
     c.add_argument('--seed', type=int,
                    help='seed every model call from this, the task, the sample and the step: a rerun or resume samples the same (default: unseeded)')
     c.add_argument('--in-process', action='store_true',
@@ -499,7 +518,7 @@ def main(argv:list|None=None):
         sys.exit(130)
     except Exception as e:
         user = _is_user_error(e)
-        what = _first_line(e) if isinstance(e, UserError) else f"{type(e).__name__}: {_first_line(e)}"
+        what = _first_line(e, 2000) if isinstance(e, UserError) else f"{type(e).__name__}: {_first_line(e)}"
         print(f"coda {a.cmd}: error: {what}" + ('' if user else f" (`coda --debug {a.cmd} ...` shows the traceback)"), file=sys.stderr)
         sys.exit(2 if user else 1)
 

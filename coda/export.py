@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 from PIL import Image
 from .actions import clean_text
-from .store import RunStore, as_text, atomic_write, judge_names, judgments, safe_name, short_repr
+from .store import RunStore, as_text, judge_names, judgments, safe_name, short_repr
+from .files import UnsafePath, atomic_write, read_file, safe_target
 from .records import Episode
 
 # %% ../nbs/08c_export.ipynb #e142a829
@@ -35,14 +36,18 @@ def _actions(s)->str:
     return _text(a if isinstance(a, list) else [])
 
 # %% ../nbs/08c_export.ipynb #c4d4248f
-def embed_image(path:Path|None, # the image file (None: there is none)
-                name:str,        # the path to record beside the bytes (relative to the run folder)
+def embed_image(path:Path|None,      # the image file (None: there is none)
+                name:str,             # the path to record beside the bytes (relative to the run folder)
+                root:Path|None=None,  # the folder it must lie in (the episode's); a link is never read
                )->dict|None: # {'bytes': PNG bytes, 'path': name}, or None
-    "A screenshot as a `datasets.Image` value holding its bytes; None (with a warning) when missing or not a readable image"
+    "A screenshot as a `datasets.Image` value holding its bytes; None (with a warning) when missing, a link, outside `root` or not an image"
     if path is None: return None
     try:
-        b = Path(path).read_bytes()
+        b = read_file(path, root)
         with Image.open(io.BytesIO(b)) as im: im.verify()
+    except UnsafePath as e:
+        warnings.warn(f"{e}: left out of the export", RuntimeWarning)
+        return None
     except Exception as e:   # PIL raises OSError, SyntaxError, struct.error, ... for a damaged file
         warnings.warn(f"{path}: not a readable image ({type(e).__name__}: {short_repr(str(e))}): left out", RuntimeWarning)
         return None
@@ -114,7 +119,7 @@ def step_rows(run:str, finished_only:bool=True, judges:Sequence=())->Iterator[di
         for s in e.steps:
             shot = e.screenshot(s)
             yield {**head, 'step': _int(s.number), 'thought': _text(s.thought), 'planner': _text(s.planner), 'executor': _text(s.executor),
-                   'actions': _actions(s), 'kind': _text(s.kind), 'error': _text(s.error), 'image': embed_image(shot, _shot_name(store.root, shot)),
+                   'actions': _actions(s), 'kind': _text(s.kind), 'error': _text(s.error), 'image': embed_image(shot, _shot_name(store.root, shot), e.dir),
                    **tail, **_step_labels(js, key, s.number)}
 
 def episode_rows(run:str, finished_only:bool=True, judges:Sequence=())->Iterator[dict]:
@@ -125,7 +130,7 @@ def episode_rows(run:str, finished_only:bool=True, judges:Sequence=())->Iterator
         r, st = e.result or {}, e.steps
         yield {**_head(e), 'finished': e.result is not None, 'status': _text(r.get('status')), 'stop': _text(r.get('stop')),
                'score': _number(r.get('score')), 'seconds': _number(r.get('seconds')), 'n_steps': len(st),
-               'final': embed_image(e.final, _shot_name(store.root, e.final)), 'thoughts': [_text(s.thought) for s in st],
+               'final': embed_image(e.final, _shot_name(store.root, e.final), e.dir), 'thoughts': [_text(s.thought) for s in st],
                'planners': [_text(s.planner) for s in st], 'executors': [_text(s.executor) for s in st], 'actions': [_actions(s) for s in st],
                'damage': [_text(d) for d in e.damage], 'meta': _text(e.meta), 'result': None if e.result is None else _text(e.result),
                **_episode_labels(js, _key(e.key))}
@@ -211,13 +216,14 @@ def dataset_card(run:Path|str, # the run exported
             "Upload this folder as it is: `hf upload USER/NAME . --repo-type dataset` (or `HfApi().upload_folder`).\n")
 
 # %% ../nbs/08c_export.ipynb #d2526610
-def _write_parquet(ds, path:Path):
-    "Write `ds` as parquet at `path` atomically (written beside it, synced, moved in); other parquet files there removed"
+def _write_parquet(ds, path:Path, tmp:Path, root:Path):
+    "Write `ds` as parquet at `path` atomically (written in the new folder `tmp`, synced, moved in, never through a link); other parquet files there removed"
+    path = safe_target(path, root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f'.{path.name}.tmp')
-    ds.to_parquet(str(tmp))
-    with open(tmp, 'rb') as f: os.fsync(f.fileno())
-    os.replace(tmp, path)
+    part = Path(tmp)/path.name
+    ds.to_parquet(str(part))
+    with open(part, 'rb') as f: os.fsync(f.fileno())
+    os.replace(part, path)
     for p in path.parent.glob('*.parquet'):
         if p != path: p.unlink()
 
@@ -236,9 +242,9 @@ def export_run(run:RunStore|Path|str,    # a run folder
             ds = build(root, finished_only, judges, cache_dir=tmp)
             counts[name] = len(ds)
             if not len(ds): warnings.warn(f"{root}: no {name} to export; its file holds the columns only (`load_dataset` refuses it)", RuntimeWarning)
-            _write_parquet(ds, out/'data'/name/SHARD)
+            _write_parquet(ds, out/'data'/name/SHARD, tmp, out)
             del ds
-    atomic_write(out/'README.md', dataset_card(root, counts, judges).encode('utf-8'))
+    atomic_write(out/'README.md', dataset_card(root, counts, judges).encode('utf-8'), root=out)
     return out
 
 # %% ../nbs/08c_export.ipynb #6fd96aa7

@@ -9,12 +9,13 @@ __all__ = ['log', 'GRPO_PRESETS', 'MATCH', 'GRPO_COMMAND_KEYS', 'LAUNCH_KEY', 'g
            'reference_loss', 'add_grpo_args', 'grpo_command_options', 'run_grpo_command']
 
 # %% ../nbs/14_grpo.ipynb #f5bdea7a
-import argparse, asyncio, json, logging, math, re, time
+import argparse, asyncio, io, json, logging, math, re, time
 from pathlib import Path
 from typing import Sequence
 from .actions import Action, parse_action, model_frame, planner_answer
 from .prompts import Conversation, split_planner
 from .store import RunStore, read_episode, judgments
+from .files import atomic_write
 from .records import replay, to_trl_prompt, step_positives, POSITIVES
 from .reward import action_reward
 from .config import size_arg
@@ -214,7 +215,7 @@ def write_curves(log:list, out:Path, batches:list|None=None):
     rows = df.index[df['reward'].notna()][-len(batches):] if batches and 'reward' in df else []   # a resumed run's calls are the last steps
     if len(rows):
         df.loc[rows, 'match'] = [step_success(b) for b in batches[-len(rows):]]
-    df.to_csv(out/'log.csv', index=False)
+    atomic_write(out/'log.csv', df.to_csv(index=False).encode(), root=out)
     if 'reward' in df and df['reward'].notna().any():
         import matplotlib
         matplotlib.use('Agg')
@@ -226,8 +227,10 @@ def write_curves(log:list, out:Path, batches:list|None=None):
         ax.set(xlabel='step', ylabel='reward (0-2)', ylim=(0, 2.05), title='decoupled GRPO')
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out/'reward.png', dpi=110)
+        buf = io.BytesIO()
+        fig.savefig(buf, format='png', dpi=110)
         plt.close(fig)
+        atomic_write(out/'reward.png', buf.getvalue(), root=out)
     return df
 
 # %% ../nbs/14_grpo.ipynb #e9fda33c

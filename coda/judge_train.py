@@ -16,6 +16,7 @@ from .judge import Verdict, Trajectory, judge_messages, load_trajectory
 from .judge import arb_annotations, arb_trajectory_path, load_arb_trajectory
 from PIL import Image
 from .store import RunStore, ended_in_error, judgments
+from .files import atomic_write
 from .records import Judgment
 from .config import size_arg
 from .sft import TEXT_ATTENTION
@@ -230,10 +231,7 @@ def process_state(cpu:bool|None=None, # train on CPU (None: when no GPU is avail
 
 def _are_runs(data)->bool: return isinstance(data, (str, Path)) or all(isinstance(x, (str, Path)) for x in data)
 
-def _write_json(path:Path, obj:dict):
-    tmp = path.with_name(f'.{path.name}.tmp')
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    tmp.replace(path)
+def _write_json(path:Path, obj:dict): atomic_write(path, json.dumps(obj, indent=1, default=str).encode(), root=path.parent)
 
 # %% ../nbs/11a_judge_train.ipynb #fadd184c
 def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, arb_sft_rows), or run folders to make them from

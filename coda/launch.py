@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 from .paths import from_root
 from .models import free_port, log_tail, die_with_parent
+from .files import open_append
 from .pipeconfig import ModelRef, Serving, Launch
 from fastcore.basics import patch
 
@@ -58,7 +59,7 @@ def run_logged(argv:Sequence,               # the command
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     bar = tqdm(desc=desc, total=None, disable=not progress, dynamic_ncols=True, leave=False)
-    with open(log, 'ab') as f:
+    with open_append(log) as f:           # never through a link planted in the run folder
         f.write(f"\n$ {shlex.join(map(str, argv))}\n".encode())
         f.flush()
         p = subprocess.Popen(list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
@@ -132,8 +133,9 @@ class Servers:
     def __init__(self, cfg:Serving,            # how to serve
                  logs:Path,                    # server logs go here
                  plan_only:bool=False,         # allocate ports and GPUs but start nothing (a dry run)
-                 log=print):
-        self.cfg, self.logs, self.plan_only, self.log = cfg, Path(logs), plan_only, log
+                 log=print,
+                 allow:Sequence=()):           # backends and codecs coda's own server may load (a config's: `served_code`)
+        self.cfg, self.logs, self.plan_only, self.log, self.allow = cfg, Path(logs), plan_only, log, list(allow)
         self.local, self.registered = None, {}           # coda's own server, and what it serves: name -> spec
         self.vllm = {}                                    # name -> dict(proc, url, gpus, argv)
         self.free = list(range(cfg.gpus))                 # GPUs no server holds
@@ -157,9 +159,10 @@ class Servers:
 # %% ../nbs/16a_launch.ipynb #a33eecc4
 @patch
 def _start_local(self:Servers):
-    from coda.serve import LocalServer
+    from coda.serve import LocalServer, MiB, body_limit
     self.logs.mkdir(parents=True, exist_ok=True)
-    self.local = LocalServer(host=self.cfg.host, log=self.logs/'server-local.log').start(timeout=self.cfg.start_timeout)
+    self.local = LocalServer(host=self.cfg.host, log=self.logs/'server-local.log', allow=self.allow,
+                             max_body_mib=body_limit(images=self.cfg.images) / MiB).start(timeout=self.cfg.start_timeout)
     self.registered = {}
     self.log(f"   coda's own server at {self.local.url} (log {self.logs/'server-local.log'})")
 
@@ -182,7 +185,7 @@ def _spawn(self:Servers, s:dict, name:str)->dict:
     if self.plan_only: return s
     self.logs.mkdir(parents=True, exist_ok=True)
     logf = self.logs/f'server-{name}.log'
-    with open(logf, 'ab') as f:
+    with open_append(logf) as f:
         s['proc'] = subprocess.Popen(s['argv'], stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
                                      env={**os.environ, 'CUDA_VISIBLE_DEVICES': ','.join(map(str, s['gpus']))})
     self._wait(s, name, logf)

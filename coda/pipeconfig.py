@@ -4,17 +4,19 @@
 
 # %% auto #0
 __all__ = ['ModelRef', 'Models', 'Serving', 'Launch', 'Tasks', 'AgentSettings', 'Generate', 'Explore', 'Judging', 'Evaluation',
-           'Table2', 'Tables', 'PipelineConfig', 'merge_dicts', 'set_key', 'load_config', 'config_dict',
+           'Table2', 'Tables', 'PipelineConfig', 'merge_dicts', 'set_key', 'load_config', 'config_dict', 'served_code',
            'stage_settings', 'Record', 'Stage', 'config_changes']
 
 # %% ../nbs/16_pipeconfig.ipynb #89a1359c
-import copy, json
+import copy, json, os
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from typing import Sequence
 import yaml
 from .paths import from_root, from_cwd, PARAMS
-from .store import atomic_write
+from .config import mask_key
+from .store import dumps
+from .files import atomic_write, read_file, safe_target
 from .records import POSITIVES
 
 # %% ../nbs/16_pipeconfig.ipynb #22124841
@@ -60,9 +62,12 @@ class Serving:
     gpus: int = 0                  # GPUs on this node, shared by the servers and the training stages
     max_model_len: int = 32768     # vLLM's --max-model-len
     images: int = 8                # vLLM's --limit-mm-per-prompt image count
-    api_key: str = 'EMPTY'         # sent to every endpoint
+    api_key: str = ''              # sent to every endpoint ('': $CODA_API_KEY, else EMPTY); pipeline.json records it masked
     timeout: float = 300.0         # seconds one request may take
     start_timeout: float = 1200.0  # seconds a server may take to come up
+
+    def __post_init__(self):
+        if not self.api_key: self.api_key = os.environ.get('CODA_API_KEY') or 'EMPTY'   # a key in no file: the variable's
 
 @dataclass
 class Launch:
@@ -94,8 +99,13 @@ class AgentSettings:
     stuck_after: int = 3           # the same actions on an unchanged screen this many times end an episode
     screen: list = field(default_factory=lambda: [1280, 800])  # the screen (W, H)
     workers: int = 8               # episodes at once
-    episode_timeout: float = 0.0   # seconds an episode may take (0: no limit)
+    episode_timeout: float = 0.0   # seconds an episode may take (0: the default, coda.rollout.EPISODE_TIMEOUT, an hour; .inf: no limit)
     retries: int = 0               # reruns of an episode that ended in an error
+
+    def __post_init__(self):
+        t = self.episode_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+            raise ValueError(f"agent.episode_timeout is seconds >= 0 (0: the default, an hour; .inf: no limit), not {t!r}")
 
 # %% ../nbs/16_pipeconfig.ipynb #4db3bc1a
 @dataclass
@@ -242,9 +252,22 @@ def load_config(path:str|Path,               # a YAML config (params/mini.yaml, 
     if 'models' not in d: raise ValueError(f"{p}: no `models` section (planner, executor, judge)")
     return _build(PipelineConfig, {**d, 'source': str(p)}, p.name)
 
+def _masked(d):
+    "Plain data with the value of every key named `api_key` or `*_api_key` masked, at any depth"
+    if isinstance(d, list): return [_masked(x) for x in d]
+    if not isinstance(d, dict): return d
+    return {k: mask_key(v) if str(k).endswith('api_key') and isinstance(v, str) else _masked(v) for k, v in d.items()}
+
 def config_dict(cfg:PipelineConfig)->dict:
-    "The config as plain data (what pipeline.json records)"
-    return json.loads(json.dumps(asdict(cfg), default=str))
+    "The config as plain data (what pipeline.json records), API keys masked"
+    return _masked(json.loads(json.dumps(asdict(cfg), default=str)))
+
+# %% ../nbs/16_pipeconfig.ipynb #1b8522a7
+def served_code(models:Models, # a config's model references, by role
+               )->list: # dotted names, in role order, each once
+    "The backends and codecs a config's models name: what coda's own server may load when the pipeline registers them"
+    refs = [getattr(models, f.name) for f in fields(Models)]
+    return list(dict.fromkeys(n for r in refs if r is not None for n in (r.backend, r.codec) if n))
 
 # %% ../nbs/16_pipeconfig.ipynb #ef03eb43
 from dataclasses import replace
@@ -264,8 +287,8 @@ def stage_settings(cfg:'PipelineConfig',  # the run's config
 class Record:
     "A run's `pipeline.json`: the config, and each stage's status, seconds, models, commands and outputs; written atomically at every change"
     def __init__(self, path:Path, readonly:bool=False):
-        self.path, self.readonly = Path(path), readonly
-        try: self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.path, self.readonly = safe_target(path), readonly   # a link in its place is refused (`coda.store.UnsafePath`)
+        try: self.data = json.loads(read_file(self.path)) if self.path.exists() else {}
         except json.JSONDecodeError as e: raise ValueError(f"{self.path} is damaged ({e}); move it away to start the run over") from None
         self.data.setdefault('stages', {})
     def stage(self, name:str)->dict: return self.data['stages'].get(name) or {}
@@ -273,9 +296,7 @@ class Record:
     def update(self, name:str|None=None, **kw):
         "Change a stage's entry (no name: the top level) and write the file"
         (self.data['stages'].setdefault(name, {}) if name else self.data).update(kw)
-        if self.readonly: return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps(self.data, indent=1, default=str).encode())
+        if not self.readonly: atomic_write(self.path, dumps(self.data, indent=1))
 
 @dataclass
 class Stage:

@@ -17,7 +17,8 @@ from typing import Sequence
 import yaml
 from .paths import from_root, PARAMS
 from fastcore.basics import patch
-from .store import RunStore, judgments
+from .store import RunStore, dumps, judgments
+from .files import atomic_write, safe_target
 from .records import POSITIVES, step_positives
 from . import pipeconfig
 from .pipeconfig import ModelRef, Models, Launch, PipelineConfig, Record, Stage, load_config, config_dict, config_changes, merge_dicts
@@ -47,8 +48,8 @@ class Pipeline:
         self.root = cfg.root
         if fresh and not dry_run and self.root.exists(): shutil.rmtree(self.root)
         self.record = Record(self.root/'pipeline.json', readonly=dry_run)
-        self.servers = Servers(cfg.serving, self.root/'logs', plan_only=dry_run, log=log)
-        self.plan, self.redo, self.n_stages, self._tasks = [], set(redo), None, {}
+        self.servers = Servers(cfg.serving, self.root/'logs', plan_only=dry_run, log=log, allow=pipeconfig.served_code(cfg.models))
+        self.plan, self.redo, self.n_stages, self._tasks, self.accept = [], set(redo), None, {}, accept_changes
         if not dry_run: self._check_config(accept_changes)
         cfg = self.cfg
         for f in fields(Models):   # weights the pipeline makes are named with {run}: this run's folder
@@ -197,6 +198,10 @@ def agent_config(self:Pipeline, executor=None):
     return AgentConfig(obs=a.obs, planner_sampling=dict(a.planner_sampling), executor_sampling=dict(a.executor_sampling), stuck_after=a.stuck_after,
                        screen=tuple(a.screen), continue_final=getattr(executor, 'continue_final_supported', None) is not False)
 
+def _where(ref:ModelRef)->str:
+    "Where a model is, as a rollout's run.json records it: its URL when served already, else what the pipeline serves (its port changes each run)"
+    return ref.url or f"served by the pipeline: {ref.path or ref.backend}"
+
 @patch
 def rollout(self:Pipeline, planner:tuple, tasks:Sequence, run:Path, n:int, stage:str=''):
     "`n` episodes of each task with `planner` = (served name, ModelRef) and the executor, into `run` (resumable)"
@@ -212,9 +217,10 @@ def rollout(self:Pipeline, planner:tuple, tasks:Sequence, run:Path, n:int, stage
     try:
         return evaluate(list(tasks), envs, p, e, run, n=n, workers=a.workers, config=self.agent_config(e), ks=(1,),
                         progress=self.progress, seed=self.cfg.seed, episode_timeout=a.episode_timeout or None, retries=a.retries,
-                        run_info={'env': env, 'stage': stage},   # evaluate records the models; their URLs may change on a resume
-                        # a stage explores train and generated tasks at different n into one run: pipeline.json guards the config
-                        volatile=('ray', 'planner_url', 'executor_url', 'tasks', 'n'))
+                        run_info={'env': env, 'stage': stage, 'planner_url': _where(planner[1]), 'executor_url': _where(self.executor[1])},
+                        # pipeline.json guards the models and the seed (a changed one is refused unless --accept-changes, passed on here);
+                        # a stage explores train and generated tasks at different n into one run; run folders from before kept the ports
+                        volatile=('ray', 'planner_url', 'executor_url', 'tasks', 'n', 'seed'), accept_changes=self.accept)
     finally: envs.shutdown()
 
 @patch
@@ -256,9 +262,7 @@ def write_args(self:Pipeline, path:Path, args:dict)->Path:
     "A training stage's settings as the YAML its `--config` reads (a `base:` key names a YAML file of settings they go over)"
     args = dict(args)
     if base := args.pop('base', None): args = merge_dicts(yaml.safe_load(from_root(base).read_text()) or {}, args)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(json.loads(json.dumps(args, default=str)), sort_keys=False))
-    return path
+    return atomic_write(path, yaml.safe_dump(json.loads(dumps(args)), sort_keys=False).encode(), root=self.root)
 
 # %% ../nbs/17_pipeline.ipynb #0dc697e2
 @patch
@@ -644,15 +648,17 @@ def run_notebooks(out:Path|str,               # where the executed notebooks and
                   params:dict|None=None,       # papermill parameters, passed to the notebooks that declare them
                   timeout:int=3600,            # seconds a cell may run
                   progress:bool=True,
+                  root:Path|str|None=None,     # the run folder `out` lies in (what is written there is checked to be in it; default: `out`)
                  )->dict: # notebook name -> {ok, seconds, output, error?}
     "Run notebooks end to end with papermill; a summary of each, also in `out/summary.json`"
     import papermill as pm
     from tqdm.auto import tqdm
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    root = Path(root) if root is not None else out
     summary = {}
     for nb in tqdm([Path(n) for n in notebooks], desc='notebooks', disable=not progress):
-        t0, dest = time.time(), out/nb.name
+        t0, dest = time.time(), safe_target(out/nb.name, root)   # papermill writes it: a link in its place is refused first
+        dest.parent.mkdir(parents=True, exist_ok=True)
         declared = pm.inspect_notebook(str(nb))
         try:
             pm.execute_notebook(str(nb), str(dest), parameters={k: v for k, v in (params or {}).items() if k in declared}, cwd=str(nb.parent),
@@ -661,7 +667,7 @@ def run_notebooks(out:Path|str,               # where the executed notebooks and
         except Exception as e:
             last = str(e).strip().splitlines()[-1] if str(e).strip() else ''
             summary[nb.name] = dict(ok=False, seconds=round(time.time() - t0, 2), output=str(dest), error=f"{type(e).__name__}: {last}")
-        (out/'summary.json').write_text(json.dumps(summary, indent=1))
+        atomic_write(out/'summary.json', dumps(summary, indent=1), root=root)
     return summary
 
 @patch
@@ -670,7 +676,7 @@ def stage_tables(self:Pipeline):
     with self.stage('tables', f"the table notebooks ({', '.join(Path(n).stem for n in t.notebooks)}) on this run's records -> {t.out}") as s:
         if not s.run: return
         summary = run_notebooks(self.root/'tables', [from_root(n) for n in t.notebooks], {'run': str(self.root), 'out': str(from_root(t.out))},
-                                progress=self.progress)
+                                progress=self.progress, root=self.root)
         if bad := {k: v['error'] for k, v in summary.items() if not v['ok']}: raise RuntimeError(f"table notebooks failed: {bad}")
         s.info.update(notebooks={k: v['output'] for k, v in summary.items()}, out=str(from_root(t.out)))
 

@@ -6,7 +6,7 @@
 __all__ = ['POSITIVES', 'Step', 'Episode', 'Judgment', 'step_positives', 'replay', 'to_trl_prompt', 'image_parts']
 
 # %% ../nbs/08a_records.ipynb #95d872ad
-import io
+import io, os, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from PIL import Image
@@ -44,6 +44,13 @@ class Step:
         return [x for x in a if isinstance(x, dict)] if isinstance(a, list) else []
 
 # %% ../nbs/08a_records.ipynb #bacfc43d
+def _plain_file(p:Path)->bool:
+    "Whether `p` is a regular file and no symbolic link (a planted link would lead a judge or a trainer outside the run; it is left out, with a warning)"
+    if p.is_symlink():
+        warnings.warn(f"{p} is a symbolic link: left out (coda makes no links in a run folder)", RuntimeWarning, stacklevel=3)
+        return False
+    return p.is_file()
+
 @dataclass
 class Episode:
     "One stored episode: its folder, meta, steps and result"
@@ -63,18 +70,18 @@ class Episode:
         n = s.screenshot
         if not isinstance(n, str) or not n or Path(n).name != n or n.startswith('.'): return None
         p = self.dir/n
-        return p if p.is_file() else None
+        return p if _plain_file(p) else None
 
     def png(self, s:Step)->bytes:
         "The PNG bytes of step `s`'s screenshot (FileNotFoundError when it has none)"
         if (p := self.screenshot(s)) is None: raise FileNotFoundError(f"{self.dir}: step {s.number} has no screenshot")
-        return p.read_bytes()
+        with open(os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), 'rb') as f: return f.read()
 
     @property
     def final(self)->Path|None:
         "The screenshot of the state the episode ended in, if it was written"
         p = self.dir/'final.png'
-        return p if p.exists() else None
+        return p if _plain_file(p) else None
 
 # %% ../nbs/08a_records.ipynb #e1419d6f
 _JUDGMENT_KEYS = ('key', 'judge', 'accepted', 'label', 'votes', 'verdict', 'labels', 'n_steps', 'score', 'status')

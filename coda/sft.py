@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 from PIL import Image
 from .store import RunStore, judgments, ended_in_error
+from .files import atomic_write
 from .records import replay, to_trl_prompt, image_parts
 from .launch import freeze_vision_tower, first_process
 log = logging.getLogger(__name__)
@@ -207,9 +208,7 @@ def sft_trainer(dataset,                         # rows with `messages` and `ima
 # %% ../nbs/15_sft.ipynb #c04846d7
 def _log_csv(trainer, out:Path)->Path:
     import pandas as pd
-    p = out/'log_history.csv'
-    pd.DataFrame(trainer.state.log_history).to_csv(p, index=False)
-    return p
+    return atomic_write(out/'log_history.csv', pd.DataFrame(trainer.state.log_history).to_csv(index=False).encode(), root=out)
 
 def train_sft(dataset,                  # rows with `messages` and `images` (build_sft_dataset)
               model_dir:Path|str,       # the base planner folder
@@ -241,7 +240,7 @@ def train_sft(dataset,                  # rows with `messages` and `images` (bui
                    train_loss=res.training_loss, seconds=round(time.time() - t0, 1), processes=tr.args.world_size,
                    apps=sorted(set(dataset['app'])) if 'app' in dataset.column_names else None,
                    settings={k: v for k, v in kw.items() if isinstance(v, (int, float, str, bool, type(None)))}) | (info or {})
-        (out/'sft.json').write_text(json.dumps(rec, indent=1, default=str))
+        atomic_write(out/'sft.json', json.dumps(rec, indent=1, default=str).encode(), root=out)
     tr.accelerator.wait_for_everyone()
     return out
 

@@ -19,6 +19,8 @@ from .prompts import TASKGEN_PROMPT
 from .models import ModelError
 from .checks import check, validate, CheckError
 from .tasks import Task, CODA_APPS, load_tasks
+from .store import safe_name
+from .files import atomic_write
 from .envs.scidesk import APPS as SCIDESK_APPS, app_class, oracle_actions
 
 # %% ../nbs/12_taskgen.ipynb #06debee9
@@ -372,11 +374,9 @@ def save_tasks(tasks:list,        # Tasks
               )->list: # the paths written
     "Write tasks as task files that `coda.tasks.load_tasks` reads"
     out = []
-    for t in tasks:
-        p = Path(folder)/t.app/f"{t.id}.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(t.to_dict(), indent=1, ensure_ascii=False) + '\n')
-        out.append(p)
+    for t in tasks:   # a teacher names the task: its id and app become one safe file name each, inside `folder`, never through a link
+        out.append(atomic_write(Path(folder)/safe_name(t.app)/f"{safe_name(t.id)}.json", (json.dumps(t.to_dict(), indent=1, ensure_ascii=False) + '\n').encode(),
+                                fsync=False, root=folder))
     return out
 
 # %% ../nbs/12_taskgen.ipynb #5a602d4b

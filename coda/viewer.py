@@ -13,6 +13,7 @@ from urllib.parse import quote
 from .actions import clean_text
 from .records import Episode, Judgment
 from .store import RunStore, as_text, ended_in_error, judge_names, judgments, short_repr
+from .files import atomic_write, within
 
 # %% ../nbs/08b_viewer.ipynb #50004004
 OUTCOMES = ('success', 'fail', 'error', 'unscored', 'unfinished')   # the viewer's outcomes of an episode, in the order shown
@@ -117,6 +118,10 @@ def _src(p:Path, out:Path)->str:
     "The address of file `p` from the page `out`: relative, percent-encoded, escaped for an attribute"
     return html.escape(quote(os.path.relpath(p, out.parent)))
 
+def _own(e:Episode, p:Path|None)->Path|None:
+    "`p` when it is a file of episode `e`'s own folder, no link (the page shows nothing from outside the run)"
+    return p if p is not None and within(e.dir, p) else None
+
 def _shot(p:Path|None, out:Path, marks:str='', alt:str='')->str:
     "A screenshot, with what is drawn over it"
     return f'<div class="shot"><img loading="lazy" src="{_src(p, out)}" alt="{alt}">{marks}</div>' if p else ''
@@ -156,7 +161,7 @@ def _step_html(e:Episode, i:int, s, js:dict, out:Path, W, H)->str:
     tries = s.get('executor_attempts')
     tries = tries if isinstance(tries, int) and not isinstance(tries, bool) else 0
     mark, tags = _step_marks(i, js)
-    return (f'<div class="step"{mark}>{_shot(e.screenshot(s), out, _overlay(acts, W, H), f"step {_esc(s.number)}")}<div class="txt">'
+    return (f'<div class="step"{mark}>{_shot(_own(e, e.screenshot(s)), out, _overlay(acts, W, H), f"step {_esc(s.number)}")}<div class="txt">'
             f'<span class="tag">step {_esc(s.number)}</span><span class="tag">{_esc(s.kind)}</span>{tags}<small>{times}</small>'
             f'<div class="k">Planner</div><pre>{_esc(s.planner)}</pre>'
             f'<div class="k">Executor{f" ({tries} samples)" if tries > 1 else ""}</div><pre>{_esc(s.executor)}</pre>'
@@ -171,7 +176,7 @@ def _episode_html(e:Episode, n:int, row:dict, js:dict, out:Path, W, H)->str:
     status = ('damaged: ' + '; '.join(e.damage) if e.damage else 'unfinished') if r is None else \
              f"{as_text(r.get('stop'))} · score {as_text(r.get('score'))} · {as_text(r.get('steps'))} steps · {_seconds(r.get('seconds'))}"
     steps = ''.join(_step_html(e, i, s, js, out, W, H) for i, s in enumerate(e.steps))
-    final = e.final
+    final = _own(e, e.final)
     final = f'<div class="step final">{_shot(final, out, alt="final screen")}<div class="txt"><span class="tag">final screen</span></div></div>' if final else ''
     return (f'<section id="e{n}" class="{row["outcome"]}"><h2>{html.escape(row["label"])} <span class="o">{row["outcome"]}</span></h2>'
             f'<p><b>{_esc(m.get("instruction"))}</b></p><p>{html.escape(status)}'
@@ -287,7 +292,7 @@ def to_html(run:RunStore|Path|str,    # a run folder
            )->Path: # the written file
     "Write the run's static HTML trajectory viewer (screenshots referenced relatively; no server needed)"
     store = run if isinstance(run, RunStore) else RunStore(run)
-    out = Path(out) if out else store.root/'viewer.html'
+    root, out = (None, Path(out)) if out else (store.root, store.root/'viewer.html')
     W, H = screen or _screen(store.config.get('screen'))
     filed = filed_judgments(store.root)
     rows, templates = [], []
@@ -295,5 +300,4 @@ def to_html(run:RunStore|Path|str,    # a run folder
         js = {name: got.get(episode_key(e.key)) for name, got in filed.items()}
         rows.append(_row(e, js))
         templates.append(_template(e, n, rows[-1], js, out, W, H))
-    out.write_bytes(clean_text(_page(store.root.name, rows, list(filed), templates, max(1, per_page))).encode('utf-8'))
-    return out
+    return atomic_write(out, clean_text(_page(store.root.name, rows, list(filed), templates, max(1, per_page))).encode('utf-8'), root=root)

@@ -26,5 +26,7 @@ def pytest_terminal_summary(terminalreporter):
     if not REPORT: return
     terminalreporter.section('fuzz counts')
     for c in REPORT: terminalreporter.write_line(c.line())
-    tot = [sum(getattr(c, k) for c in REPORT) for k in ('inputs', 'exceptions', 'hangs')]
-    terminalreporter.write_line(f"all fuzz targets: {tot[0]} inputs, {tot[1]} exceptions, {tot[2]} hangs")
+    tot = [sum(getattr(c, k) or 0 for c in REPORT) for k in ('inputs', 'exceptions', 'hangs', 'markers')]
+    attacks = [c for c in REPORT if c.markers is not None]
+    terminalreporter.write_line(f"all fuzz targets: {tot[0]} inputs, {tot[1]} exceptions, {tot[2]} hangs; "
+                                f"{len(attacks)} attack targets, {sum(c.inputs for c in attacks)} inputs, {tot[3]} markers")

@@ -38,21 +38,30 @@ def test_vendored_grass_tasks_pass(grass):
 def test_grass_reproducer_is_refused_naming_file_item_and_field(grass, tmp_path):
     msg = refusal(grass, {'func': 'layer', 'query': {'name': 'sites'}},
                   {'func': 'run', 'module': 'script', 'flags': 'c', 'x': f'1; id > {tmp_path}/pwned'})
-    assert msg.startswith("data/x.json: initialize[1].module: 'script' is not a GRASS module"), msg
+    assert msg.startswith("data/x.json: initialize[1].module: 'script' is not a GRASS module a task may run"), msg
     assert not (tmp_path/'pwned').exists()
 
 @pytest.mark.parametrize('item, where, why', [
-    ({'module': 'g.extension', 'extension': 'r.x'}, 'module', 'may not run from a task'),
-    ({'module': 'g.gui', 'ui': 'wxpython'}, 'module', 'may not run'),
-    ({'module': '/bin/sh'}, 'module', 'is not a GRASS module'),
-    ({'module': 'g.region', 'flags': 'p; id'}, 'flags', 'flag letters'),
-    ({'module': 'g.region', 'executable': '/bin/sh'}, 'executable', 'not an option name'),
-    ({'module': 'g.region', 'env': {'PATH': '/tmp'}}, 'env', 'not an option name'),
-    ({'module': 'g.region', 'Res': '10'}, 'Res', 'not an option name'),
-    ({'module': 'g.region', 'res': [1, 2]}, 'res', 'must be str or int or float'),
-    ({'module': 'g.region', 'res': True}, 'res', 'must be str or int or float'),
-    ({'module': 'db.execute', 'sql': "attach database '/root/x.db' as x"}, 'sql', 'ATTACH'),
-    ({'module': 'g.region', 'res': float('nan')}, 'res', 'not a finite number'),
+    ({'module': 'g.extension', 'extension': 'r.x'}, 'module', 'is not a GRASS module a task may run'),
+    ({'module': 'g.gui', 'ui': 'wxpython'}, 'module', 'is not a GRASS module a task may run'),
+    ({'module': '/bin/sh'}, 'module', 'is not a GRASS module a task may run'),
+    ({'module': 'db.execute', 'sql': "VACUUM INTO '/tmp/coda-pwned.db'"}, 'module', 'is not a GRASS module a task may run'),
+    ({'module': 'r.external.out', 'directory': '/tmp', 'format': 'GTiff'}, 'module', 'is not a GRASS module a task may run'),
+    ({'module': 'r.mapcalc', 'expression': 'x = 1'}, 'module', 'is not a GRASS module a task may run'),
+    ({'module': 'v.db.select', 'map': 'sites', 'flags': 'p; id'}, 'flags', 'flag letters'),
+    ({'module': 'v.db.select', 'map': 'sites', 'flags': 'p'}, 'flags', "takes the flags 'rcef' from a task, not 'p'"),
+    ({'module': 'v.db.select', 'map': 'sites', 'executable': '/bin/sh'}, 'executable', 'not an option name'),
+    ({'module': 'v.db.select', 'map': 'sites', 'env': {'PATH': '/tmp'}}, 'env', 'not an option name'),
+    ({'module': 'v.db.select', 'map': 'sites', 'Res': '10'}, 'Res', 'not an option name'),
+    ({'module': 'v.db.select', 'map': 'sites', 'file': '/tmp/x.txt'}, 'file', "not 'file'"),
+    ({'module': 'v.db.select', 'map': ['sites']}, 'map', 'must be str or int or float'),
+    ({'module': 'v.db.select', 'map': True}, 'map', 'must be str or int or float'),
+    ({'module': 'v.db.select', 'map': 'sites', 'where': "cat = 1; ATTACH DATABASE '/root/x.db' AS x"}, 'where', "cannot be part of a WHERE"),
+    ({'module': 'v.db.select', 'map': 'sites', 'where': "cat IN (SELECT 1)"}, 'where', "'SELECT' is not allowed"),
+    ({'module': 'v.db.select', 'map': 'sites', 'where': "writefile('/tmp/x', 'y')"}, 'where', "'writefile' is not allowed"),
+    ({'module': 'v.db.select', 'map': 'sites; id'}, 'map', 'is not a map name'),
+    ({'module': 'v.db.addcolumn', 'map': 'sites', 'columns': 'x int); DROP TABLE sites; --'}, 'columns', "is not 'name type'"),
+    ({'module': 'v.info', 'map': 'sites', 'layer': float('nan')}, 'layer', 'a finite number'),
 ])
 def test_grass_run_items_are_typed_and_closed(grass, item, where, why):
     msg = refusal(grass, {'func': 'run', **item})
@@ -69,19 +78,23 @@ def test_grass_modules_are_the_installed_ones(grass):
     assert {'g.region', 'r.mapcalc', 'v.db.addcolumn', 'v.db.select'} <= mods and 'script' not in mods
     assert all((gisbase()/'bin'/m).exists() or (gisbase()/'scripts'/m).exists() for m in mods)
 
-def test_run_module_refuses_files_outside_and_options_the_module_lacks(grass, tmp_path):
-    "Inside the GRASS session: a file option must name a file under files_under; an unknown option is refused"
-    from coda.envs.grass import copy_location, run_module
+def test_run_module_refuses_files_outside_and_options_the_module_lacks(grass, tmp_path, monkeypatch):
+    "The second wall, inside the GRASS session: were the allowlist widened to a module with an output file, that file must lie under files_under"
+    import coda.envs.grass as g
     from coda.envs.desktop import InitializeError
-    loc = copy_location(tmp_path/'db')
+    loc = g.copy_location(tmp_path/'db')
     home = tmp_path/'home'; home.mkdir(); (home/'out').symlink_to(tmp_path)
+    with pytest.raises(InitializeError, match='not a GRASS module a task may run'):
+        g.run_module(loc/'PERMANENT', 'r.out.ascii', files_under=home, input='elevation', output='elev.asc')
+    monkeypatch.setitem(g.GRASS_MODULES, 'r.out.ascii', ('h', {'input': g._map_name, 'output': str}))
     for out in (str(tmp_path/'elev.asc'), '../elev.asc', 'out/elev.asc', 'PG:dbname=x', 'a.asc,/tmp/b.asc'):
         with pytest.raises(InitializeError, match='not a file inside'):
-            run_module(loc/'PERMANENT', 'r.out.ascii', files_under=home, input='elevation', output=out)
+            g.run_module(loc/'PERMANENT', 'r.out.ascii', files_under=home, input='elevation', output=out)
     assert not (tmp_path/'elev.asc').exists()
-    with pytest.raises(InitializeError, match='has no option'): run_module(loc/'PERMANENT', 'g.region', nosuch='1')
-    with pytest.raises(InitializeError, match='not a GRASS module'): run_module(loc/'PERMANENT', 'script', flags='c', x='1; id')
-    run_module(loc/'PERMANENT', 'r.out.ascii', files_under=home, input='elevation', output='elev.asc', flags='h')
+    monkeypatch.setitem(g.GRASS_MODULES, 'v.info', ('', {'map': g._map_name, 'nosuch': str}))
+    with pytest.raises(InitializeError, match='has no option'): g.run_module(loc/'PERMANENT', 'v.info', map='sites', nosuch='1')
+    with pytest.raises(InitializeError, match='not a GRASS module'): g.run_module(loc/'PERMANENT', 'script', flags='c', x='1; id')
+    g.run_module(loc/'PERMANENT', 'r.out.ascii', files_under=home, input='elevation', output='elev.asc', flags='h')
     assert (home/'elev.asc').stat().st_size > 1000
 
 @pytest.mark.parametrize('path', ['/etc/cron.d/x', '~/../../x', '/home/user/../../x', 'a/../../x', '~root/x', '/home/user/', ''])
@@ -161,7 +174,7 @@ def test_grass_setup_runs_no_shell(grass, tmp_path):
     pwned = tmp_path/'pwned'
     err = run_setup(app, {'func': 'run', 'module': 'script', 'flags': 'c', 'x': f'1; id > {pwned}'})
     assert not pwned.exists(), 'a task file ran a shell command'
-    assert type(err).__name__ == 'InitializeError' and "initialize[0].module: 'script' is not a GRASS module" in str(err)
+    assert type(err).__name__ == 'InitializeError' and "initialize[0].module: 'script' is not a GRASS module a task may run" in str(err)
 
 @pytest.mark.parametrize('path', ['{out}/x.kal', '~/../x.kal', '/home/user/../x.kal', '../x.kal'])
 def test_kalgebra_touch_writes_nothing_outside_home(kalgebra, tmp_path, path):

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.xvfb
 def needs_x():
     need_programs('Xvfb', 'xdotool', 'openbox', 'dbus-daemon')
 
-def events(log): return [json.loads(l) for l in Path(log).read_text().splitlines() if l.strip()]
+def events(log): return [json.loads(l) for l in Path(log).read_text().splitlines() if l.strip()] if Path(log).exists() else []
 
 def wait_for(pred, timeout=15):
     end = time.time() + timeout
@@ -31,7 +31,7 @@ def test_desktop_starts_and_releases_everything(tmp_path):
     before = desktop_processes(owner=os.getpid())
     d = Desktop().start()
     tmp, mark = d.tmp, d.id
-    p = d.launch([sys.executable, str(PROBE), str(tmp_path/'ev.jsonl'), '1280', '800'], 'probe')
+    p = d.launch([sys.executable, str(PROBE), str(d.home/'ev.jsonl'), '1280', '800'], 'probe')   # its sandbox writes only in there
     d.wait_window('.', proc=p, min_size=(500, 300))
     pids = d.processes()
     assert len(pids) >= 4 and p.pid in pids                      # Xvfb, bus, openbox, the app
@@ -46,7 +46,7 @@ def test_four_desktops_side_by_side_each_get_their_own_input(tmp_path):
     try:
         assert len({d.display for d in desks}) == 4
         for i, d in enumerate(desks):
-            logs.append(tmp_path/f'ev{i}.jsonl'); logs[-1].touch()
+            logs.append(d.home/f'ev{i}.jsonl')
             d.launch([sys.executable, str(PROBE), str(logs[-1]), '1280', '800'], 'probe')
         for log in logs: wait_for(lambda: any(e['ev'] == 'ready' for e in events(log)))
         for i, d in enumerate(desks): d.act([Action('click', 100 + 50 * i, 200 + 30 * i)])
@@ -63,7 +63,7 @@ class ProbeApp(DesktopApp):
     "The Tk probe as a desktop app: its state is the events it logged"
     name, window = 'Probe', '.'
     def command(self):
-        self.log = self.desktop.tmp/'events.jsonl'; self.log.touch()
+        self.log = self.desktop.home/'events.jsonl'
         return [sys.executable, str(PROBE), str(self.log), '1280', '800']
     def dump(self): return {'clicks': sum(e['ev'] == 'press' for e in events(self.log))}
 
@@ -154,8 +154,8 @@ def test_accessibility_tree_of_a_wx_app_is_grounded(tmp_path):
     if not a11y_available() or os.system('/usr/bin/python3 -c "import wx" 2>/dev/null') != 0:
         if os.environ.get('CI') == 'true': pytest.fail('CI needs python3-pyatspi and python3-wxgtk4.0 (make sysdeps)')
         pytest.skip('no pyatspi or wx in the system Python')
-    log = tmp_path/'wx.log'
     with Desktop(a11y=True) as d:
+        log = d.home/'wx.log'
         d.launch(['/usr/bin/python3', '-c', WX, str(log)], 'wx'); d.wait_window('wxprobe'); d.settle()
         seen = {}
         def found():
@@ -171,14 +171,14 @@ def test_accessibility_tree_of_a_wx_app_is_grounded(tmp_path):
     assert Desktop().a11y() is None                                   # not started: no tree, no error
 
 DRIVER = ("import sys, time; sys.path.insert(0, %r)\nfrom coda.envs.desktop import Desktop\n"
-          "d = Desktop().start(); p = d.launch([sys.executable, %r, %r, '1280', '800'], 'probe'); d.wait_window('.', proc=p)\n"
+          "d = Desktop().start(); p = d.launch([sys.executable, %r, str(d.home/'ev.jsonl'), '1280', '800'], 'probe'); d.wait_window('.', proc=p)\n"
           "g = getattr(d, '_guard', None)\n"
           "print('ID=' + d.id, d.tmp, g['proc'].pid if g else 0, flush=True); time.sleep(60)")
 
 def start_driver(tmp_path):
     "A Python process with a desktop and an app on it: (the process, the desktop's id, its folder, its watchdog's pid)"
     import subprocess
-    code = DRIVER % (str(Path(__file__).parents[1]), str(PROBE), str(tmp_path/'ev.jsonl'))
+    code = DRIVER % (str(Path(__file__).parents[1]), str(PROBE))
     drv = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True)
     mark, tmp, wd = next(l for l in drv.stdout if l.startswith('ID='))[3:].split()
     assert len(desktop_processes(mark)) >= 4 and Path(tmp).is_dir()          # Xvfb, bus, openbox, the app

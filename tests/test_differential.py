@@ -236,6 +236,14 @@ def test_official_bug_no_hscroll(entry, v, run):
     assert official_actions(res) == []
     assert_ours_right(entry)
 
+@pytest.mark.parametrize('entry,v', cases('edge_off_screen'))
+def test_official_bug_edge_off_screen(entry, v, run):
+    "The frame's far edge scales to x = W or y = H, one pixel past the screen (its pixels are 0..W-1, 0..H-1); ours clamps into it."
+    W, H = entry['screen']
+    acts = official_actions(run(entry, v))
+    assert any(abs(a['x'] - W) < 0.01 or abs(a['y'] - H) < 0.01 for a in acts if a.get('x') is not None), acts
+    assert_ours_right(entry)
+
 @pytest.mark.parametrize('entry,v', cases('enter_twice'))
 def test_official_bug_enter_twice(entry, v, run):
     "0.5.1 no longer strips the trailing newline: it types '...\\n' and then presses Enter, so Enter fires twice (§1.7 item 3)."

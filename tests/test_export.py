@@ -8,7 +8,8 @@ from PIL import Image
 import datasets
 import coda.export
 from needs import caught
-from coda.store import RunStore, file_judgment, judge_names, judgment_path, atomic_write, safe_name
+from coda.store import RunStore, file_judgment, judge_names, judgment_path, safe_name
+from coda.files import atomic_write
 from coda.records import Judgment
 from coda.export import steps_dataset, episodes_dataset, export_run, sft_dataset, grpo_dataset, run_fingerprint, SHARD, steps_features
 

@@ -15,7 +15,8 @@ from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recordin
 from coda.records import replay
 from coda.models import OpenAIChat, build_tiny_qwen25vl
 from coda.prompts import split_planner
-from coda.store import EpisodeWriter, atomic_write, judgment_path, read_episode
+from coda.store import EpisodeWriter, judgment_path, read_episode
+from coda.files import atomic_write
 
 os.environ.setdefault('TRL_EXPERIMENTAL_SILENCE', '1')
 

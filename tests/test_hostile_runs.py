@@ -210,9 +210,14 @@ def test_eval_exits_non_zero_when_every_episode_errored_and_reruns_them_when_ask
         assert p.returncode == 0 and len(RunStore(run).records()) == 4, p.stderr[-3000:]
         metas = [e.meta for e in RunStore(run).episodes()]
         assert all(m['planner'] == f'planner@{srv.url}' and m['settings']['n'] == 2 and m['settings']['env_opts'] == {'flag': str(flag)} for m in metas)
-    with ScriptedServer(counting_policy(3), models=['planner', 'executor']) as moved:   # the same models served elsewhere: the same run
-        p = coda(*eval_args(moved.url, tasks, run, '--env', 'test_hostile_runs:FlagCounter', '--env-opt', f'flag={flag}', '--n', 2))
+    with ScriptedServer(counting_policy(3), models=['planner', 'executor']) as moved:   # the same models served elsewhere: refused unless meant
+        moved_args = eval_args(moved.url, tasks, run, '--env', 'test_hostile_runs:FlagCounter', '--env-opt', f'flag={flag}', '--n', 2)
+        p = coda(*moved_args)
+        line = one_line(p)
+        assert p.returncode == 2 and f"planner_url: '{srv.url}' then, '{moved.url}' now" in line and '--accept-changes' in line, line
+        p = coda(*moved_args, '--accept-changes')
         assert p.returncode == 0 and len(RunStore(run).records()) == 4, p.stderr[-3000:]
+        assert [sorted(c['settings']) for c in RunStore(run).config['changes']] == [['executor_url', 'planner_url']]
 
 def test_ctrl_c_kills_the_stuck_step_and_says_how_to_resume(tmp_path):
     tasks, run, pids = write_tasks(tmp_path/'tasks.jsonl', ['S-00']), tmp_path/'run', tmp_path/'pids'

@@ -1,7 +1,8 @@
 """Property-based tests of `coda.actions` (hypothesis): the parser never raises, always returns valid Actions with finite
-coordinates, the rendered pyautogui code always compiles, and typed text survives escaping and to_uitars round trips.
+coordinates clamped into the screen (a point that is not finite gives an `invalid` action saying why), the rendered
+pyautogui code always compiles, and typed text survives escaping and to_uitars round trips.
 Budgeted to a few seconds per test (the whole file well under 30 s)."""
-import math
+import math, pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from uitars_ref import KINDS, load_corpus
 from coda.actions import Action, parse_action, smart_resize, to_pyautogui, to_uitars
@@ -26,7 +27,8 @@ def mutated_reply(draw):
     "A corpus reply with a few random insertions, deletions, duplications or a truncation."
     s = draw(st.sampled_from(CORPUS))['text']
     for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(s))); j = draw(st.integers(i, len(s)))
+        i = draw(st.integers(0, len(s)))
+        j = draw(st.integers(i, len(s)))
         op = draw(st.sampled_from(['insert', 'delete', 'truncate', 'duplicate']))
         if op == 'insert': s = s[:i] + draw(st.one_of(st.sampled_from(TOKENS), st.text(max_size=6))) + s[i:]
         elif op == 'delete': s = s[:i] + s[j:]
@@ -45,13 +47,14 @@ def escape_single(s, escape_double=False):
     return e.replace('"', '\\"') if escape_double else e
 
 # ------------------------------------------------------------------ checks
-def check_actions(acts):
-    "A non-empty list of Actions with known kinds and finite coordinates; its pyautogui code compiles."
+def check_actions(acts, screen=(1280, 800)):
+    "A non-empty list of Actions with known kinds and finite coordinates inside the screen; its pyautogui code compiles."
     assert isinstance(acts, list) and acts
+    W, H = screen
     for a in acts:
         assert isinstance(a, Action) and a.kind in KINDS
-        for v in (a.x, a.y, a.x2, a.y2):
-            assert v is None or (isinstance(v, float | int) and math.isfinite(v)), a
+        for v, hi in ((a.x, W), (a.y, H), (a.x2, W), (a.y2, H)):
+            assert v is None or (isinstance(v, float | int) and math.isfinite(v) and 0 <= v <= hi - 1), (a, screen)
         assert isinstance(a.text, str) and isinstance(a.keys, tuple) and isinstance(a.enter, bool)
     compile(to_pyautogui(acts), '<x>', 'exec')
 
@@ -63,17 +66,17 @@ def expected_type(s):
 @FAST
 @given(st.text(max_size=200), screens, coord_modes)
 def test_arbitrary_text(text, screen, coords):
-    check_actions(parse_action(text, screen=screen, coords=coords))
+    check_actions(parse_action(text, screen=screen, coords=coords), screen)
 
 @FAST
 @given(soup, screens, coord_modes)
 def test_syntax_soup(text, screen, coords):
-    check_actions(parse_action(text, screen=screen, coords=coords))
+    check_actions(parse_action(text, screen=screen, coords=coords), screen)
 
 @FAST
 @given(mutated_reply(), screens, coord_modes)
 def test_mutated_corpus_replies(text, screen, coords):
-    check_actions(parse_action(text, screen=screen, coords=coords))
+    check_actions(parse_action(text, screen=screen, coords=coords), screen)
 
 @settings(max_examples=100, deadline=None, database=None)
 @given(st.one_of(st.none(), st.integers(), st.binary(), st.lists(st.text())))
@@ -88,7 +91,34 @@ def test_non_str_input_is_invalid(obj):
 def test_huge_coordinates_stay_finite(num, fn, screen, coords):
     "Numbers that overflow after scaling must not give inf/nan coordinates (or generated code that uses them)."
     extra = {'drag': ", end_box='(10,10)'", 'scroll': ", direction='down'"}.get(fn, '')
-    check_actions(parse_action(f"Action: {fn}(start_box='({num},{num})'{extra})", screen=screen, coords=coords))
+    check_actions(parse_action(f"Action: {fn}(start_box='({num},{num})'{extra})", screen=screen, coords=coords), screen)
+
+@FAST
+@given(st.floats(-1e7, 1e7), st.floats(-1e7, 1e7), screens, coord_modes, st.sampled_from(['box', 'pyautogui', 'drag end']))
+def test_finite_points_are_clamped_into_the_screen(x, y, screen, coords, form):
+    "A finite point anywhere lands where clamping the scaled point into 0..W-1, 0..H-1 puts it, in every dialect."
+    W, H = screen
+    h, w = smart_resize(H, W)
+    sx, sy = (W / 1000, H / 1000) if coords == 'relative1000' else (W / w, H / h)
+    if form == 'pyautogui': text, sx, sy = f'pyautogui.moveTo({x!r}, {y!r})', 1, 1
+    elif form == 'box': text = f"hover(start_box='({x!r},{y!r})')"
+    else: text = f"drag(start_box='(0,0)', end_box='({x!r},{y!r})')"
+    a, = parse_action(text, screen=screen, coords=coords)
+    want = (min(max(x * sx, 0.0), W - 1.0), min(max(y * sy, 0.0), H - 1.0))
+    got = (a.x2, a.y2) if form == 'drag end' else (a.x, a.y)
+    assert a.kind == ('drag' if form == 'drag end' else 'move') and got == pytest.approx(want, rel=1e-12, abs=1e-9), (text, a, want)
+    check_actions([a], screen)
+
+@FAST
+@given(st.sampled_from(['1e999', '-1e999', '1e309', '9' * 400]), st.sampled_from(['x', 'y', 'x2', 'y2']), screens, coord_modes)
+def test_a_point_that_is_not_finite_is_invalid_saying_why(num, where, screen, coords):
+    "Any coordinate that overflows a float gives one `invalid` action whose text says why, then holds the call."
+    xy = {'x': '7', 'y': '8', 'x2': '9', 'y2': '10', where: num}
+    for text in (f"drag(start_box='({xy['x']},{xy['y']})', end_box='({xy['x2']},{xy['y2']})')",
+                 f"pyautogui.click({xy['x']}, {xy['y']})" if where in ('x', 'y') else f"pyautogui.scroll(-1, x={xy['x2']}, y={xy['y2']})"):
+        acts = parse_action(text, screen=screen, coords=coords)
+        assert len(acts) == 1 and acts[0].kind == 'invalid', (text, acts)
+        assert acts[0].text.startswith('[not parsed: the point (') and 'is not finite] ' in acts[0].text and acts[0].text.endswith(text)
 
 # ------------------------------------------------------------------ typed text round trips
 @FAST

@@ -1,15 +1,15 @@
 """coda.serve against a real server subprocess (`LocalServer`, one per module): the tiny Qwen2.5-VL answering
 `OpenAIChat` with an image and with a continued turn, backends and codecs by dotted name (tests/serve_fixtures.py),
-models registered and removed at runtime, errors in OpenAI's form, concurrency, and a stop that frees the port.
+models registered and removed at runtime, errors in OpenAI's form, concurrency, and a stop that frees the port; the admin
+token (from the environment or printed once, never on a command line), `--allow`, entry points, `--allowed-host` and
+`--max-body-mib` (tests/test_attack_serve.py has the attacks).
 
 Replies of the random model are noise: the tests assert on protocol, shapes and token counts, never on its text."""
-import asyncio, json, socket, time
+import asyncio, json, os, socket, subprocess, sys, time
 from pathlib import Path
-import httpx
-import pytest
-from PIL import Image
-from coda.models import ModelError, OpenAIChat, image_part
-from coda.serve import LocalServer, add_serve_local_args, check_spec, load_backend, load_object, parse_model_arg
+import httpx, pytest
+from coda.models import ModelError, OpenAIChat, free_port, image_part
+from coda.serve import TOKEN_ENV, LocalServer, add_serve_local_args, allowed_names, check_spec, load_backend, load_object, parse_model_arg
 from serve_fixtures import UpperCodec
 
 HERE = Path(__file__).parent
@@ -36,7 +36,7 @@ def chat(server, model, messages, retries=0, **kw):
 def echoed(reply)->dict: return json.loads(reply.text)
 
 def post(server, body=None, content=None)->tuple:
-    r = httpx.post(server.url + '/chat/completions', json=body, content=content, timeout=30)
+    r = httpx.post(server.url + '/chat/completions', json=body, content=content, headers={'Content-Type': 'application/json'}, timeout=30)
     return r.status_code, r.json()
 
 # ------------------------------------------------------------------ the tiny model
@@ -166,3 +166,87 @@ def test_specs_and_names():
         ['--model', 'tiny=models/tiny', '--model', 'g={"backend": "coda.mini.grounder:A11yGrounder", "args": {"screen": [1920, 1080]}}'])
     assert dict(a.model) == {'tiny': {'path': 'models/tiny'}, 'g': {'backend': 'coda.mini.grounder:A11yGrounder', 'args': {'screen': [1920, 1080]}}}
     assert parse_model_arg('x=a=b.json') == ('x', {'path': 'a=b.json'})
+
+# ------------------------------------------------------------------ the admin token, the allowlist, hosts and the body limit
+
+def serve(tmp_path:Path, *flags:str, env:dict|None=None, timeout:float=120)->tuple:
+    "`python -m coda.serve FLAGS` on a free port, started and answering /health: (process, port, log file)"
+    port, log = free_port(), tmp_path/f'serve-{time.monotonic_ns()}.log'
+    base_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    with open(log, 'wb') as out:
+        p = subprocess.Popen([sys.executable, '-m', 'coda.serve', '--port', str(port), *flags], stdout=out, stderr=subprocess.STDOUT,
+                             env={**base_env, 'PYTHONPATH': os.pathsep.join(filter(None, (str(HERE), os.environ.get('PYTHONPATH')))), **(env or {})})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if p.poll() is not None: return p, port, log
+        try:
+            if httpx.get(f'http://127.0.0.1:{port}/health', timeout=2).status_code == 200: return p, port, log
+        except httpx.HTTPError: time.sleep(0.1)
+    p.kill()
+    raise TimeoutError(log.read_text())
+
+def stopped(p:subprocess.Popen):
+    if p.poll() is None: p.terminate()
+    p.wait(20)
+
+def test_admin_token_printed_once_when_not_given(tmp_path):
+    p, port, log = serve(tmp_path, '--admin', '--allowed-host', 'gpu1', '--max-body-mib', '1')
+    try:
+        lines = log.read_text().splitlines()
+        token = [l.rsplit(': ', 1)[1] for l in lines if 'admin token' in l]
+        assert len(token) == 1 and len(token[0]) >= 40 and sum(token[0] in l for l in lines) == 1, lines
+        assert token[0] not in open(f'/proc/{p.pid}/cmdline', 'rb').read().decode(errors='replace')
+        base = f'http://127.0.0.1:{port}'
+        assert httpx.get(base + '/coda/models', headers={'Authorization': f'Bearer {token[0]}'}).json() == {}
+        assert httpx.get(base + '/coda/models').status_code == 401
+        assert httpx.get(base + '/health', headers={'Host': f'gpu1:{port}'}).status_code == 200    # --allowed-host
+        assert httpx.get(base + '/health', headers={'Host': f'gpu2:{port}'}).status_code == 421
+        big = {'model': 'x', 'messages': [{'role': 'user', 'content': 'x' * (1 << 20)}]}
+        assert httpx.post(base + '/v1/chat/completions', json=big, timeout=30).status_code == 413              # --max-body-mib 1
+        assert httpx.post(base + '/v1/chat/completions', json={**big, 'messages': TEXT}, timeout=30).status_code == 404
+    finally: stopped(p)
+
+def test_admin_token_from_the_environment(tmp_path):
+    token = 'a-token-the-operator-chose-' + 'x' * 20
+    p, port, log = serve(tmp_path, '--admin', env={TOKEN_ENV: token})
+    try:
+        assert token not in log.read_text() and 'token from $CODA_SERVE_TOKEN' in log.read_text()
+        assert httpx.get(f'http://127.0.0.1:{port}/coda/models', headers={'Authorization': f'Bearer {token}'}).status_code == 200
+    finally: stopped(p)
+    p, port, log = serve(tmp_path, '--admin', env={TOKEN_ENV: 'short'})
+    stopped(p)
+    assert p.returncode != 0 and 'the admin routes need a token of 16 characters or more' in log.read_text()
+
+def test_local_server_token_stays_off_the_command_line_and_the_disk():
+    with LocalServer({'echo': FIXTURES['echo']}, env=ENV) as s:
+        cmdline = open(f'/proc/{s.proc.pid}/cmdline', 'rb').read().decode()
+        assert s.token and s.token not in cmdline and '--admin' in cmdline
+        files = [f for f in Path(s._work).rglob('*') if f.is_file()]   # models.json and the server's log
+        assert len(files) == 2 and all(s.token not in f.read_text(errors='replace') for f in files), files
+        first = s.token
+        s.stop()
+        s.start()
+        assert s.token != first and s.models() == {'echo': FIXTURES['echo']}   # a fresh token each start
+        assert httpx.get(s.base + '/coda/models', headers={'Authorization': f'Bearer {first}'}).status_code == 403
+
+def test_allow_lets_the_admin_routes_load_more(tmp_path):
+    with LocalServer({}, env=ENV, allow=['serve_fixtures.Boom']) as s:
+        s.register('boom', {'backend': 'serve_fixtures:Boom'}, load=True)
+        with pytest.raises(RuntimeError, match="HTTP 403: codec 'serve_fixtures:UpperCodec' is not allowed"):
+            s.register('upper', {'backend': 'serve_fixtures:Boom', 'codec': 'serve_fixtures:UpperCodec'})
+        with pytest.raises(RuntimeError, match="HTTP 403: backend 'serve_fixtures:Echo' is not allowed"): s.register('echo', FIXTURES['echo'])
+        assert s.models() == {'boom': {'backend': 'serve_fixtures:Boom'}}
+
+def test_entry_points_are_allowed(tmp_path):
+    "A package installed with a `coda.backends` entry point: its backend may be named in a spec sent to the admin routes"
+    dist = tmp_path/'site'/'labgrounder-0.1.dist-info'
+    dist.mkdir(parents=True)
+    (dist/'METADATA').write_text('Metadata-Version: 2.1\nName: labgrounder\nVersion: 0.1\n')
+    (dist/'entry_points.txt').write_text('[coda.backends]\nlab = serve_fixtures:Echo\n\n[coda.codecs]\nupper = serve_fixtures:UpperCodec\n')
+    sys.path.insert(0, str(tmp_path/'site'))
+    try: assert {'serve_fixtures:Echo', 'serve_fixtures:UpperCodec'} <= allowed_names()
+    finally: sys.path.remove(str(tmp_path/'site'))
+    assert 'serve_fixtures:Echo' not in allowed_names()
+    with LocalServer({}, env={'PYTHONPATH': os.pathsep.join((str(tmp_path/'site'), str(HERE)))}) as s:
+        s.register('lab', {'backend': 'serve_fixtures:Echo', 'codec': 'serve_fixtures:UpperCodec'}, load=True)
+        assert chat(s, 'lab', TEXT).text.endswith(UpperCodec.MARK)

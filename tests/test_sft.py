@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from coda.store import EpisodeWriter, RunStore, atomic_write, judgment_path
+from coda.store import EpisodeWriter, RunStore, judgment_path
+from coda.files import atomic_write
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.actions import parse_action
 from coda.prompts import split_planner

@@ -143,8 +143,10 @@ def test_the_solar_eclipse_cosine_in_the_language():
     (["$", "layers", 5], "no index 5 in $['layers'] (length 2)"),
     (["@", "name"], "'@' used outside"),
     (["<", "a", 1], "'<': TypeError"),
-    (["/", 1, 0], "ZeroDivisionError"),
-    (["*", "ab", 100], "'*' needs numbers"),
+    (["/", 1, 0], "check[2]: '/' takes a number other than 0 here"),                  # literals: refused before evaluating
+    (["*", "ab", 100], "check[1]: '*' takes a number here, not 'ab'"),
+    (["/", 1, ["-", ["$", "region", "n"], 44.0]], "ZeroDivisionError"),                # from the dump: when it runs
+    (["*", ["$", "output"], 100], "'*' needs numbers"),
     (["not"], "'not' takes 1 argument, got 0"),
     ([1, ["$", "x"]], "inside a literal list"),
     (["matches", "x", "(a+)+" * 41], "pattern longer than 200"),
@@ -207,8 +209,8 @@ def test_failing_items_each_give_a_reason():
 # ------------------------------------------------------------------ load-time validation names the file and the field
 @pytest.mark.parametrize('items,msg', [
     ([{"key": "p", "value": "1+-i"}], "evaluate[0]: no 'type' field"),
-    ([{"type": "stop", "value": "DONE"}, {"type": "var", "check": ["==", ["$", "vars", "p"], ["lenn", 1]]}], "evaluate[1]: check[2]: unknown operator 'lenn'"),
-    ([{"type": "info", "check": ["not", 1, 2]}], "evaluate[0]: check: 'not' takes 1 argument, got 2"),
+    ([{"type": "stop", "value": "DONE"}, {"type": "var", "check": ["==", ["$", "vars", "p"], ["lenn", 1]]}], "evaluate[1].check[2]: unknown operator 'lenn'"),
+    ([{"type": "info", "check": ["not", 1, 2]}], "evaluate[0].check: 'not' takes 1 argument, got 2"),
     ([{"type": "stop", "value": "DONE!"}], "evaluate[0]: 'value' of a stop item"),
     ([{"type": "stop", "value": "ANS", "args": "4"}], "evaluate[0]: an ANS stop item needs 'args'"),
     (["oops"], "evaluate[0]: an evaluate item is an object"),
@@ -225,6 +227,119 @@ def test_a_task_in_the_language_loads_and_scores(tmp_path):
                              "evaluate": [{"type": "var", "check": ["==", ["$", "vars", "p"], "1+-i"]}]}))
     t = load_task(f)
     assert t.score(KAL, 'DONE') == (True, []) and not t.score({"vars": {}}, 'DONE')[0]
+
+# ------------------------------------------------------------------ hostile task files: a TaskError naming the file and the field
+HEAD = b'{"type": "KAlgebra", "instruction": "Plot it.", '
+HOSTILE = {   # the file's bytes -> what the message says after the file name (each was a bare exception, or loaded, before)
+    'steps inf': (HEAD + b'"steps": 1e999}', 'steps: 1e999 is not a whole number between 1 and 1000'),          # was OverflowError
+    'steps 5000 digits': (HEAD + b'"steps": ' + b'7' * 5000 + b'}', 'steps: 77777777777777777777… (5,000 characters) is not a whole number'),  # ValueError
+    'steps NaN': (HEAD + b'"steps": NaN}', 'steps: NaN is not a whole number between 1 and 1000'),
+    'steps string': (HEAD + b'"steps": "15"}', "steps: '15' is not a whole number between 1 and 1000"),
+    'steps true': (HEAD + b'"steps": true}', 'steps: True is not a whole number'),
+    'steps fraction': (HEAD + b'"steps": 2.5}', 'steps: 2.5 is not a whole number'),
+    'infinity in extra': (HEAD + b'"version": -Infinity}', 'version: -Infinity is not a finite number of at most 1,000 digits'),
+    'huge int in a check': (HEAD + b'"evaluate": [{"type": "info", "check": ["==", ["$", "n"], ' + b'1' * 2000 + b']}]}',
+                            'evaluate[0].check[2]: 11111111111111111111… (2,000 characters) is not a finite number'),
+    'deep nesting': (HEAD + b'"x": ' + b'[' * 5000 + b']' * 5000 + b'}', 'not valid JSON (nested deeper than 100)'),   # RecursionError in json
+    'deep but parsable': (HEAD + b'"x": {"y": ' + b'[' * 500 + b']' * 500 + b'}}', 'x.y' + '[0]' * 98 + ': nested deeper than 100'),
+    'latin-1 bytes': (b'{"type": "KAlgebra", "instruction": "Gr\xf6\xdfe"}', 'not UTF-8 text (byte 0xf6 at offset 39)'),
+    'surrogate bytes': (HEAD + b'"ans": "\xed\xa0\x80"}', 'not UTF-8 text (byte 0xed at offset'),
+    'empty file': (b'', 'not valid JSON (Expecting value: line 1 column 1 (char 0))'),
+    'top-level list': (b'[{"type": "KAlgebra"}]', 'a task is a JSON object, not a list'),
+    'top-level number': (b'1e999', 'a task is a JSON object, not a number'),
+    'top-level null': (b'null', 'a task is a JSON object, not null'),
+    'id a number': (HEAD + b'"id": 12}', 'id: must be a string of at most 200 characters, not 12'),
+    'id too long': (HEAD + b'"id": "' + b'A' * 5000 + b'"}', "id: must be a string of at most 200 characters, not 'AAAA"),
+    'type a list': (b'{"type": ["KAlgebra"], "instruction": "x"}', "type: the app must be a string of at most 200 characters, not ['KAlgebra']"),
+    'app an object': (b'{"app": {"n": 1}, "instruction": "x"}', "app: the app must be a string of at most 200 characters, not {'n': 1}"),
+    'instruction a number': (b'{"type": "KAlgebra", "instruction": 5}', 'instruction: must be a non-empty string, not 5'),
+    'instruction blank': (b'{"type": "KAlgebra", "instruction": "  "}', "instruction: must be a non-empty string, not '  '"),
+    'sort a list': (HEAD + b'"sort": []}', 'sort: must be a string, not []'),
+    'split a number': (HEAD + b'"split": 1}', 'split: must be a string, not 1'),
+    'ans a list': (HEAD + b'"ans": ["4"]}', "ans: must be a string, not ['4']"),
+    'initialize an object': (HEAD + b'"initialize": {}}', 'initialize: must be a list, not an object'),
+    'initialize item a string': (HEAD + b'"initialize": ["open"]}', 'initialize[0]: a set-up item is an object, not a string'),
+    'evaluate null': (HEAD + b'"evaluate": null}', 'evaluate: must be a list, not null'),
+    'evaluate item a number': (HEAD + b'"evaluate": [3]}', 'evaluate[0]: an evaluate item is an object, not a number'),
+    'bad regex': (HEAD + b'"evaluate": [{"type": "var", "check": ["matches", "a", "("]}]}',                 # loaded, failed only at scoring
+                  "evaluate[0].check[2]: 'matches' cannot use pattern '(': missing ): ( (RE2 syntax"),
+    'backreference': (HEAD + b'"evaluate": [{"type": "var", "check": ["matches", ["$", "log"], "(a)\\\\1"]}]}', 'evaluate[0].check[2]: '),
+    'regex too long': (HEAD + b'"evaluate": [{"type": "var", "check": ["matches", ["$", "log"], "' + b'a' * 201 + b'"]}]}',
+                       "evaluate[0].check[2]: 'matches' pattern longer than 200 characters"),
+    'literal of the wrong kind': (HEAD + b'"evaluate": [{"type": "var", "check": ["len", 5]}]}', "evaluate[0].check[1]: 'len' takes a list"),
+    'division by a literal 0': (HEAD + b'"evaluate": [{"type": "var", "check": ["<", ["/", ["$", "n"], 0], 1]}]}',
+                                "evaluate[0].check[1][2]: '/' takes a number other than 0 here")}
+
+@pytest.mark.parametrize('name', HOSTILE)
+def test_a_hostile_task_file_is_a_task_error_naming_the_file_and_field(tmp_path, name):
+    raw, want = HOSTILE[name]
+    f = tmp_path/'x.json'
+    f.write_bytes(raw)
+    with pytest.raises(TaskError) as e: load_task(f)
+    msg = str(e.value)
+    assert msg.startswith(f'{f}: ') and want in msg and '\n' not in msg, msg
+    with pytest.raises(TaskError) as e: load_tasks(tmp_path)          # through a folder: the same error
+    assert str(e.value) == msg
+
+def test_lone_surrogates_and_a_bom_load():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, 'A-01.json')
+        with open(f, 'wb') as w: w.write(b'\xef\xbb\xbf' + HEAD + b'"ans": "\\ud800 \\ud83d\\ude00", "x": {"\\udc00": 1}}')
+        t = load_task(f)
+        assert (t.ans, t.extra) == ('\ufffd \U0001F600', {'x': {'\ufffd': 1}}) and t.id == 'A-01'
+        json.dumps(t.to_dict(), ensure_ascii=False).encode('utf-8')   # storable
+
+def test_special_files_are_refused_without_blocking(tmp_path):
+    import threading
+    fifo = tmp_path/'fifo.json'
+    os.mkfifo(fifo)              # opening a FIFO to read blocks until a writer comes: for ever
+    got = []
+    def load():
+        try: load_tasks(tmp_path)
+        except Exception as e: got.append(e)
+    th = threading.Thread(target=load, daemon=True)
+    th.start()
+    th.join(30)                  # a loader that blocks fails here instead of hanging the suite
+    if th.is_alive(): os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))   # let it go
+    th.join(5)
+    assert len(got) == 1 and isinstance(got[0], TaskError) and str(got[0]) == f'{fifo}: not a regular file', got
+    fifo.unlink()
+    (tmp_path/'dir.json').mkdir()
+    with pytest.raises(TaskError, match='dir.json: not a regular file'): load_tasks(tmp_path)
+    with pytest.raises(TaskError, match='/dev/zero: not a regular file'): load_task('/dev/zero')
+    with pytest.raises(TaskError, match='no such task file'): load_task(tmp_path/'missing.json')
+    with pytest.raises(TaskError, match='cannot be read'): load_task('x\0.json')
+
+def test_an_oversized_task_file_is_refused_after_reading_its_limit(tmp_path):
+    f = tmp_path/'big.json'
+    f.write_bytes(HEAD + b'"pad": "' + b'x' * T.MAX_FILE + b'"}')
+    with pytest.raises(TaskError, match=f'big.json: more than {T.MAX_FILE:,} bytes'): load_task(f)
+
+def test_jsonl_errors_name_the_line(tmp_path):
+    good = json.dumps({'type': 'KAlgebra', 'id': 'A-01', 'instruction': 'x'})
+    f = tmp_path/'set.jsonl'
+    for line, want in [('{"type": "KAlgebra", "id": "A-02", "instruction": "y", "steps": 1e999}', 'set.jsonl:3: steps: 1e999 is not a whole'),
+                       ('{"type": "KAlgebra", "id": "A-02", "instruction": "y"', 'set.jsonl:3: not valid JSON'),
+                       ('[1]', 'set.jsonl:3: a task is a JSON object, not a list'),
+                       ('{"type": "KAlgebra", "instruction": "y"}', 'set.jsonl:3: no task id')]:
+        f.write_text(f'{good}\n\n{line}\n')
+        with pytest.raises(TaskError) as e: load_tasks(f)
+        assert str(e.value).startswith(f'{tmp_path}/{want}'), str(e.value)
+    f.write_bytes(good.encode() + b'\n{"type": "KAlgebra", "id": "A-02", "instruction": "\xff"}\n')
+    with pytest.raises(TaskError, match=r'set.jsonl:2: not UTF-8 text \(byte 0xff at offset 51\)'): load_tasks(f)
+    f.write_text(good + '\n' + good.replace('"x"', '"x\u2028y"') .replace('A-01', 'A-02') + '\r\n')  # U+2028 inside a string: one line
+    assert [t.instruction for t in load_tasks(f)] == ['x', 'x\u2028y']
+
+@pytest.mark.parametrize('name', ['steps inf', 'steps 5000 digits', 'deep nesting', 'latin-1 bytes', 'top-level list', 'bad regex'])
+def test_coda_eval_says_which_file_in_one_line_and_exits_2(tmp_path, name, capsys):
+    "Was rc 1 (OverflowError) or 2 with a bare ValueError naming no file; now a TaskError: one line, the file, exit status 2"
+    from coda.cli import main
+    f = tmp_path/'bad.json'
+    f.write_bytes(HOSTILE[name][0])
+    with pytest.raises(SystemExit) as e: main(['eval', '--tasks', str(f), '--env', 'scidesk'])
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f'coda eval: error: TaskError: {f}: ') and HOSTILE[name][1] in err[0], err
 
 # ------------------------------------------------------------------ ScienceBoard's own items
 @needs_sb
@@ -292,7 +407,8 @@ def test_grassgis_checks_agree_with_the_lambdas():
     # A-04: 'vdigit' in toolbars keys, and the edited layer is countries@PERMANENT
     a04 = sbtask('GrassGIS', 'A-04')
     tb = lambda keys, name: {"toolbars": {"keys": keys, "layer": {"name": name}}}
-    assert [score(a04, tb(*c)) for c in ((["map", "vdigit"], "countries@PERMANENT"), (["map"], "countries@PERMANENT"), (["vdigit"], "roads@PERMANENT"))] == [True, False, False]
+    cases = ((["map", "vdigit"], "countries@PERMANENT"), (["map"], "countries@PERMANENT"), (["vdigit"], "roads@PERMANENT"))
+    assert [score(a04, tb(*c)) for c in cases] == [True, False, False]
     # D-01 (db): any column with name COLOR and sql_type CHARACTER in `v.db.select ... format=json`
     d01 = sbtask('GrassGIS', 'D-01')
     k = gcmd_key("v.db.select", {"map": "boundary_region@PERMANENT", "format": "json"})
@@ -427,7 +543,8 @@ def test_injection_is_rejected_and_nothing_runs(tmp_path, monkeypatch):
         for app in ('GrassGIS', 'Celestia'):
             new, why = translate_item({"type": "info", "key": src, "value": 1}, app)
             assert new is None and why.startswith('key:')
-            new, why = translate_item({"type": "info", "key": "lambda dump: dump['a']", "value": 1, "pred": src.replace('lambda dump', 'lambda key, value')}, app)
+            item = {"type": "info", "key": "lambda dump: dump['a']", "value": 1, "pred": src.replace('lambda dump', 'lambda key, value')}
+            new, why = translate_item(item, app)
             assert new is None
         new, why = translate_item({"type": "states", "find": src, "key": "lambda key: key", "value": 1}, 'ChimeraX')
         assert new is None

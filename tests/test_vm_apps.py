@@ -204,6 +204,12 @@ def vm():
 def client(vm):
     with VMClient(vm.url, retries=1, backoff=0.1) as c: yield c
 
+@pytest.fixture(scope='module')
+def net_vm():
+    "A VM whose server reaches the host's network: ChimeraX's REST server is stood in for on this host, and /chimerax/run proxies to it"
+    need_programs('Xvfb', 'xdotool', 'scrot')
+    with LocalVM(network=True) as v: yield v
+
 def quiet(cls, client, port, **kw):
     "An app with no pauses (the waits are recorded, not slept)"
     app = cls(client, port=port, pause=0, sleep=lambda s: app.slept.append(s), **kw)
@@ -216,30 +222,47 @@ def scored(task, dump):
 
 
 # --- the generic items, through the real in-VM server
-def test_generic_items_run_in_the_vm(client, tmp_path):
-    "execute, launch (with «PORTLIKE» and rewrite), touch, append, opt and download as ScienceBoard runs them"
-    with serve(KAlgebraFork, kalgebra_state()) as (port, _):   # a local HTTP server as the download's source
-        t = Task('G-1', 'Celestia', 'generic', initialize=[
-            {'func': 'execute', 'command': f"echo «PORTLIKE» > {tmp_path}/executed", 'shell': True},
-            {'func': 'execute', 'command': ['rm', f'{tmp_path}/missing']},
-            {'func': 'launch', 'wait': 2.5, 'command': f"echo started «PORTLIKE» > {tmp_path}/launched", 'shell': True},
-            {'func': 'touch', 'path': f'{tmp_path}/script.kal', 'text': 'r := a->q->a*q'},
-            {'func': 'append', 'path': f'{tmp_path}/script.kal', 'content': '\ns := 2'},
-            {'func': 'opt', 'depth': 6},
-            {'func': 'download', 'url': f'http://127.0.0.1:{port}/version', 'path': f'{tmp_path}/dl/version.txt'}])
-        app = quiet(CelestiaVM, client, 8123, rewrite={'started': 'begun'})
-        app.setup(t)
-    test = lambda: (tmp_path/'launched').exists() and (tmp_path/'launched').read_text()
+def test_generic_items_run_in_the_vm(vm, client):
+    "execute and launch (ScienceBoard's own commands, «PORTLIKE» filled, the operator's rewrite made), touch, append and opt, in the VM's HOME"
+    rw = {'/home/user/.config/ChimeraX/alphafold_database-1': '/home/user/alphafold_database-1',   # no ChimeraX here: a VM built otherwise
+          'chimerax': 'sh', '--cmd': '-c', 'remotecontrol rest start json true port ': 'echo >> /home/user/launched started '}
+    t = Task('G-1', 'ChimeraX', 'generic', initialize=[
+        {'func': 'execute', 'command': ['rm', '/home/user/.local/share/ChimeraX/commands', '/home/user/.local/share/ChimeraX/file_history',
+                                        '/home/user/.local/share/ChimeraX/preregistration']},
+        {'func': 'execute', 'command': 'printf "[DEFAULT]\nupdate_interval = 2147438648" >> /home/user/.config/ChimeraX/alphafold_database-1', 'shell': True},
+        {'func': 'launch', 'wait': 2.5, 'command': ['chimerax', '--cmd', 'remotecontrol rest start json true port «PORTLIKE»']},
+        {'func': 'touch', 'path': '/home/user/script.kal', 'text': 'r := a->q->a*q'},
+        {'func': 'append', 'path': '/home/user/script.kal', 'content': '\ns := 2'},
+        {'func': 'opt', 'depth': 6}])
+    app = quiet(ChimeraXVM, client, 8123, rewrite=rw)
+    app.setup(t)
     for _ in range(50):
-        if test(): break
+        if (vm.desktop.home/'launched').exists(): break
         time.sleep(0.1)
-    assert (tmp_path/'executed').read_text() == '8123\n'
-    assert (tmp_path/'launched').read_text() == 'begun 8123\n'
-    assert client.read(f'{tmp_path}/script.kal') == 'r := a->q->a*q\ns := 2'
-    assert (tmp_path/'dl'/'version.txt').read_text() == '1.1'    # the VM fetched it (/setup/download_file)
-    assert app.slept == [0, 0, 0, 2.5, 0, 0, 0, 0]
-    assert app.launched() == [f"echo begun 8123 > {tmp_path}/launched"]
-    assert app.executed[1][1] != 0                               # a failing rm does not fail the set-up, as in ScienceBoard
+    assert client.read('/home/user/launched') == 'started 8123\n'
+    assert client.read('/home/user/alphafold_database-1') == '[DEFAULT]\nupdate_interval = 2147438648'
+    assert client.read('/home/user/script.kal') == 'r := a->q->a*q\ns := 2'
+    assert (vm.desktop.home/'script.kal').read_text() == 'r := a->q->a*q\ns := 2'     # /home/user in the VM is the desktop's HOME here
+    assert app.slept == [0, 0, 0, 2.5, 0, 0, 0]
+    assert app.launched() == [['sh', '-c', 'echo >> /home/user/launched started 8123']]
+    assert app.executed[0][1] != 0                               # a failing rm does not fail the set-up, as in ScienceBoard
+
+def test_local_vm_server_runs_nothing_on_the_host(vm, client, tmp_path):
+    "Past coda's checks (a request straight to the server), the local VM's commands still cannot touch the host: its own user, a read-only host, no network"
+    import os, socket, uuid
+    from coda.envs.vmclient import VMError
+    marks = [tmp_path/'m', Path('/tmp')/f'coda-marker-{uuid.uuid4().hex}', Path('/var/tmp')/f'coda-marker-{uuid.uuid4().hex}',
+             Path('/root')/f'coda-marker-{uuid.uuid4().hex}', Path('/usr/local')/f'coda-marker-{uuid.uuid4().hex}', vm.desktop.tmp/'logs'/'m']
+    with socket.socket() as srv:
+        srv.bind(('127.0.0.1', 0)); srv.listen(1); srv.settimeout(0.5)
+        r = client.execute('; '.join([f'touch {m}' for m in marks] + [f'echo x > {m}.2' for m in marks]
+                                     + [f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {srv.getsockname()[1]}), 2)\"",
+                                        f'kill -9 {os.getpid()}', 'id -u']), shell=True)
+        with pytest.raises(socket.timeout): srv.accept()                 # nothing reached the host's port
+    assert not [m for m in marks if m.exists() or Path(f'{m}.2').exists()], r
+    assert r['output'].strip() == str(vm.desktop.sandbox.uid) and vm.desktop.sandbox.kind == 'user+namespaces'
+    with pytest.raises(VMError, match='download'):                      # no network: a download item fails, saying so
+        client.post('/setup/download_file', json={'url': f'http://127.0.0.1:{free_port()}/x', 'path': '/home/user/x'}, timeout=30)
 
 def test_refused_items_never_reach_the_vm():
     "A hostile initialize list is refused whole before any request (the client points at nothing: a request would raise)"
@@ -247,6 +270,8 @@ def test_refused_items_never_reach_the_vm():
         app = quiet(KAlgebraVM, dead, 8000)
         for items, why in [([{'func': 'launch', 'command': 'x', 'wait': 1e6}], 'wait'),
                            ([{'func': 'tab', 'index': 1}, {'func': 'touch', 'path': 'script.kal', 'text': 'x'}], 'absolute'),
+                           ([{'func': 'touch', 'path': '/etc/cron.d/x', 'text': 'x'}], "inside the app's HOME"),
+                           ([{'func': 'launch', 'command': 'id > /tmp/pwned', 'shell': True}], 'is not a launch command'),
                            ([{'func': 'launch', 'command': ['kalgebra', {'a': 1}]}], 'argument 1'),
                            ([{'func': 'func_2d', 'expr': 'x\nquit'}], 'single line'),
                            ([{'func': 'eval', 'code': '1'}], 'not an initialize operation')]:
@@ -346,20 +371,21 @@ def test_grass_refused_init(client):
         with pytest.raises(AppError, match="/init/map answered 'ERROR'"): app.setup(t)
 
 # --- ChimeraX, through the real /chimerax/run
-def chimerax_app(client, port, tmp_path):
-    (tmp_path/'home').mkdir(exist_ok=True)
-    app = quiet(ChimeraXVM, client, port, rewrite={'/home/user/': f'{tmp_path}/home/', 'chimerax': 'true'})
-    app.states_dir = str(tmp_path)
+def chimerax_app(client, port, vm):
+    "ChimeraX's set-up with `true` for chimerax; states written by the stand-in into the VM's HOME (its host path, which the VM sees too)"
+    app = quiet(ChimeraXVM, client, port, rewrite={'chimerax': 'true'})
+    app.states_dir = str(vm.desktop.home)
     return app
 
-def test_chimerax_states_and_info(client, tmp_path):
+def test_chimerax_states_and_info(net_vm):
     "A-04 (colour by chain): open/turn through /chimerax/run at set-up; states file written and read back; info lines"
+    client, home = VMClient(net_vm.url, retries=1, backoff=0.1), net_vm.desktop.home
     t = load_task(TASKS/'ChimeraX'/'A-04.json')
     key = '_state_containers.models._models.(1,)._redraw_needed.cached_drawing_bounds.xyz_min'
     colors = '\n'.join(f'#1/A:{i} color #d2b48c' for i in range(1, 10))
     port = free_port()
     with serve(ChimeraXRest, chimerax_state(states={key: '[ -1.37   -6.882 -12.582]'}, info={'rescolor /A': [colors + '\n']}), port) as (_, st):
-        app = chimerax_app(client, port, tmp_path)
+        app = chimerax_app(client, port, net_vm)
         app.setup(t)
         assert st['commands'] == ['log clear', 'open 3ppd', 'turn y 1'] and st['models'] == ['3ppd']
         assert app.launched() == [['true', '--cmd', f'remotecontrol rest start json true port {port}']]
@@ -368,25 +394,26 @@ def test_chimerax_states_and_info(client, tmp_path):
         assert not scored(t, d)[0]                               # tan, not the task's medium slate blue
         st['info']['rescolor /A'] = ['\n'.join(f'#1/A:{i} color #7b68ee' for i in range(1, 10))]
         assert scored(t, app.dump(t)) == (True, [])
-        assert st['commands'][-1] == 'info rescolor /A' and st['commands'][-2].startswith(f'states {tmp_path} coda-')
+        assert st['commands'][-1] == 'info rescolor /A' and st['commands'][-2].startswith(f'states {home} coda-')
 
-def test_chimerax_fetch_and_errors(client, tmp_path):
+def test_chimerax_fetch_and_errors(net_vm):
     "A-01 (fetch 2OLX) passes and fails on the model's name; a ChimeraX error fails the set-up; a file item reads the VM's file"
+    client, home = VMClient(net_vm.url, retries=1, backoff=0.1), net_vm.desktop.home
     t = load_task(TASKS/'ChimeraX'/'A-01.json')
     port = free_port()
     with serve(ChimeraXRest, chimerax_state(), port) as (_, st):
-        app = chimerax_app(client, port, tmp_path)
+        app = chimerax_app(client, port, net_vm)
         app.setup(t)
         assert not scored(t, app.dump(t))[0]                     # nothing open yet
         st['models'].append('2olx')
         assert scored(t, app.dump(t))[0]
         bad = Task('X', 'ChimeraX', 'x', initialize=[{'func': 'color', 'style': 'bypolymer'}])
         with pytest.raises(AppError, match='Unknown command: color bypolymer'): app.setup(bad)
-        (tmp_path/'log.txt').write_text('AlphaFold prediction done\n')
-        f = Task('F', 'ChimeraX', 'x', evaluate=[{'type': 'file', 'key': f'{tmp_path}/log.txt', 'value': 'prediction done'},
-                                               {'type': 'file', 'key': f'{tmp_path}/missing.txt', 'value': 'x'}])
+        (home/'log.txt').write_text('AlphaFold prediction done\n')
+        f = Task('F', 'ChimeraX', 'x', evaluate=[{'type': 'file', 'key': '/home/user/log.txt', 'value': 'prediction done'},
+                                               {'type': 'file', 'key': '/home/user/missing.txt', 'value': 'x'}])
         d = app.dump(f)
-        assert d['file'] == {f'{tmp_path}/log.txt': 'AlphaFold prediction done\n'} and 'missing.txt' in d['errors'][0]
+        assert d['file'] == {'/home/user/log.txt': 'AlphaFold prediction done\n'} and 'missing.txt' in d['errors'][0]
         ok, why = scored(f, d)
         assert not ok and len(why) == 1 and 'item 1' in why[0]
 

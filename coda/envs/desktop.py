@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['MARK', 'WATCHDOG', 'STALE_OLD_FOLDER_S', 'A11Y_WALKER', 'SYSTEM_PYTHON', 'DESKTOP_APPS', 'MAX_INITIALIZE',
            'DesktopError', 'AppCrashed', 'InitializeError', 'need', 'desktop_processes', 'orphaned_processes',
-           'desktop_folder', 'sweep_desktops', 'openbox_config', 'Desktop', 'changed', 'a11y_available', 'parse_a11y',
-           'register_app', 'Arg', 'Op', 'bounded_text', 'number_in', 'one_of', 'check_item', 'validate_initialize',
-           'DesktopApp', 'DesktopEnv']
+           'desktop_folder', 'sweep_desktops', 'openbox_config', 'Desktop', 'read_written', 'changed', 'a11y_available',
+           'parse_a11y', 'register_app', 'Arg', 'Op', 'FieldError', 'bounded_text', 'number_in', 'one_of', 'check_item',
+           'validate_initialize', 'DesktopApp', 'DesktopEnv']
 
 # %% ../../nbs/05f_desktop.ipynb #8f5bbbbc
 import os, re, sys, json, stat, time, shutil, signal, tempfile, threading, subprocess, weakref, uuid
@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 from PIL import Image, ImageChops
 from ..actions import XdotoolBackend, execute, ensure_xauthority
 from .core import Observation, FrameEncoder, register_env
+from .sandbox import Sandbox, SandboxError
 from ..tasks import TaskError
 
 # %% ../../nbs/05f_desktop.ipynb #6ead5be9
@@ -87,7 +88,7 @@ def _kill(pids:list, sig=signal.SIGKILL):
 WATCHDOG = r"""
 import os, sys, time, signal, shutil
 for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE): signal.signal(s, signal.SIG_IGN)
-fd, mark, tmp = int(sys.argv[1]), ('CODA_DESKTOP=' + sys.argv[2]).encode(), sys.argv[3]
+fd, mark, tmp, uid = int(sys.argv[1]), ('CODA_DESKTOP=' + sys.argv[2]).encode(), sys.argv[3], sys.argv[4].encode()
 while True:
     try:
         if not os.read(fd, 64): break             # end of file: the owner closed the pipe, or died
@@ -103,6 +104,11 @@ def marked():
             with open('/proc/%s/environ' % d, 'rb') as f: env = f.read().split(bytes(1))
         except (OSError, IndexError): continue
         if mark in env: out.append(int(d))
+        elif uid != b'-':                         # the sandbox's user: its processes, marked or not
+            try:
+                with open('/proc/%s/status' % d, 'rb') as f: uids = next(l for l in f if l.startswith(b'Uid:')).split()[1:3]
+            except (OSError, StopIteration): continue
+            if uid in uids: out.append(int(d))
     return out
 for sig, rounds in ((signal.SIGTERM, 20), (signal.SIGKILL, 100)):
     for _ in range(rounds):
@@ -115,11 +121,11 @@ for sig, rounds in ((signal.SIGTERM, 20), (signal.SIGKILL, 100)):
 shutil.rmtree(tmp, ignore_errors=True)
 """
 
-def _watchdog(mark:str, tmp:Path)->tuple:
+def _watchdog(mark:str, tmp:Path, uid:int|None=None)->tuple:
     "Start a desktop's watchdog: (the pipe's write end, kept by the owner only; the watchdog's Popen)"
     r, w = os.pipe()                     # both ends non-inheritable: no other child of ours holds the write end
     env = {k: v for k, v in os.environ.items() if not k.startswith(MARK)}   # the watchdog is no desktop process
-    try: p = subprocess.Popen([sys.executable, '-I', '-S', '-c', WATCHDOG, str(r), mark, str(tmp)], pass_fds=(r,), env=env,
+    try: p = subprocess.Popen([sys.executable, '-I', '-S', '-c', WATCHDOG, str(r), mark, str(tmp), str(uid or '-')], pass_fds=(r,), env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except BaseException:
         os.close(w)
@@ -195,7 +201,7 @@ def _utf8_locale()->str:
     except (OSError, subprocess.SubprocessError): out = ''
     return 'en_US.UTF-8' if 'en_us.utf8' in out or 'en_us.utf-8' in out else 'C.UTF-8'
 
-def _cleanup(procs, bus_pid, mark, tmp, guard=None):
+def _cleanup(procs, bus_pid, mark, tmp, guard=None, sandbox=None):
     "Stop every process a desktop started (apps first, Xvfb last), delete its folder, release its watchdog"
     for p in reversed(procs):
         if p.poll() is None:
@@ -214,6 +220,7 @@ def _cleanup(procs, bus_pid, mark, tmp, guard=None):
         if not left: break
         _kill(left)
         time.sleep(0.02)
+    if sandbox is not None: sandbox.close()  # its user's processes, marked or not, and its namespaces
     if tmp: shutil.rmtree(tmp, ignore_errors=True)
     if guard:                                # closing the pipe ends the watchdog, which then finds nothing to do
         os.close(guard.pop('fd'))
@@ -227,8 +234,12 @@ class Desktop:
                  bus:bool=True,                  # start a private D-Bus session bus
                  depth:int=24,                   # colour depth
                  a11y:bool=False,                # let apps publish an accessibility tree (AT-SPI; needs the bus)
+                 home_at:str|None=None,          # where the programs see their HOME (e.g. '/home/user'; default: its host path)
+                 confine:str|None=None,          # the sandbox's mode: 'auto', 'required' or 'off' (default: $CODA_SANDBOX, else 'auto')
+                 network:bool=False,             # let the programs use the host's network (default: a loopback of their own)
                 ):
         self.size, self.wm, self.bus, self.depth, self.a11y_on = tuple(size), wm, bus, depth, a11y and bus
+        self.home_at, self.confine, self.network, self.sandbox = home_at, confine or os.environ.get('CODA_SANDBOX') or 'auto', network, None
         self.id, self.display, self.tmp, self.procs, self.env = uuid.uuid4().hex[:12], None, None, [], {}
         self.bus_pid, self._local, self._fin, self._guard = None, threading.local(), None, None
 
@@ -240,8 +251,9 @@ class Desktop:
         need('xdotool', 'xdotool')
         sweep_desktops()                     # what a driver that was killed left, if its watchdog was killed too
         self.tmp, self._guard = desktop_folder(self.id), {}
-        self._fin = weakref.finalize(self, _cleanup, self.procs, None, self.id, self.tmp, self._guard)
-        self._guard['fd'], self._guard['proc'] = _watchdog(self.id, self.tmp)
+        self.sandbox = Sandbox(self.tmp, mode=self.confine, network=self.network)   # its user is drawn now: the watchdog kills its processes too
+        self._fin = weakref.finalize(self, _cleanup, self.procs, None, self.id, self.tmp, self._guard, self.sandbox)
+        self._guard['fd'], self._guard['proc'] = _watchdog(self.id, self.tmp, self.sandbox.uid)
         try: self._start()
         except BaseException:
             self.close()
@@ -250,10 +262,13 @@ class Desktop:
 
     def _start(self):
         home, run = self.tmp/'home', self.tmp/'run'
+        self.tmp.chmod(0o711)                # the sandbox's user may pass through to what it owns here, and list nothing
         home.mkdir()
         run.mkdir(mode=0o700)
-        (self.tmp/'logs').mkdir()
+        (self.tmp/'logs').mkdir(mode=0o700)  # written by this process only (the programs' output goes there through a pipe)
         (self.tmp/'tmp').mkdir()
+        xauth = self.tmp/'Xauthority'        # empty: Xvfb runs without authorisation, but some clients want a file
+        xauth.touch(0o644)
         r, w = os.pipe()
         W, H = self.size
         x = self._popen(['Xvfb', '-displayfd', str(w), '-screen', '0', f'{W}x{H}x{self.depth}', '-nolisten', 'tcp', '-noreset'],
@@ -262,22 +277,30 @@ class Desktop:
         with os.fdopen(r) as f: num = f.readline().strip()   # read to the newline, or Xvfb dies writing it
         if not num.isdigit(): raise DesktopError(f"Xvfb did not start: {self.log('xvfb')[-500:]}")
         self.display = f':{num}'
-        self.env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'DISPLAY': self.display, 'HOME': str(home),
-                    'XDG_RUNTIME_DIR': str(run), 'XAUTHORITY': ensure_xauthority(), 'LANG': _utf8_locale(),
-                    'XDG_CONFIG_HOME': str(home/'.config'), 'XDG_DATA_HOME': str(home/'.local'/'share'),
-                    'XDG_CACHE_HOME': str(home/'.cache'), 'TMPDIR': str(self.tmp/'tmp'), 'NO_AT_BRIDGE': '1', MARK: self.id,
+        self.sandbox.keep.append(f'/tmp/.X11-unix/X{num}')           # the display's socket, inside as outside
+        if self.home_at: self.sandbox.aliases[self.home_at] = str(home)
+        try: self.sandbox.start()
+        except SandboxError as e: raise DesktopError(str(e)) from None
+        self.sandbox.own(home, run, self.tmp/'tmp')
+        ensure_xauthority()                                           # this process's own X clients (python-xlib, mss)
+        h = self.home_at or str(home)
+        self.env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'DISPLAY': self.display, 'HOME': h,
+                    'XDG_RUNTIME_DIR': str(run), 'XAUTHORITY': str(xauth), 'LANG': _utf8_locale(),
+                    'XDG_CONFIG_HOME': f'{h}/.config', 'XDG_DATA_HOME': f'{h}/.local/share',
+                    'XDG_CACHE_HOME': f'{h}/.cache', 'TMPDIR': str(self.tmp/'tmp'), 'NO_AT_BRIDGE': '1', MARK: self.id,
                     'CODA_DESKTOP_OWNER': str(os.getpid())}
+        if self.sandbox.uid is not None: self.env.update(USER='coda', LOGNAME='coda')   # its user has no account to name it
         self.env['LC_ALL'] = self.env['LANG']
         if self.a11y_on:   # GTK/wx publish by default once NO_AT_BRIDGE is gone; Qt 5 only when asked
             del self.env['NO_AT_BRIDGE']
             self.env.update(QT_LINUX_ACCESSIBILITY_ALWAYS_ON='1', QT_ACCESSIBILITY='1')
         if self.bus:
-            out = subprocess.run([need('dbus-daemon', 'dbus'), '--session', '--fork', '--print-address=1', '--print-pid=1'],
-                                 env=self.env, capture_output=True, text=True, timeout=20).stdout.split('\n')
+            bus = [need('dbus-daemon', 'dbus'), '--session', f'--address=unix:path={run}/bus', '--fork', '--print-address=1', '--print-pid=1']
+            out = self.sandbox.run(bus, cwd=self.tmp, env=self.env, capture_output=True, text=True, timeout=20).stdout.split('\n')
             if len(out) < 2 or not out[1].strip().isdigit(): raise DesktopError(f"dbus-daemon did not start: {out}")
             self.env['DBUS_SESSION_BUS_ADDRESS'], self.bus_pid = out[0].strip(), int(out[1])
             self._fin.detach()
-            self._fin = weakref.finalize(self, _cleanup, self.procs, self.bus_pid, self.id, self.tmp, self._guard)
+            self._fin = weakref.finalize(self, _cleanup, self.procs, self.bus_pid, self.id, self.tmp, self._guard, self.sandbox)
         if self.wm == 'openbox':
             self.launch([need('openbox', 'openbox'), '--config-file', str(openbox_config(self.tmp/'rc.xml'))], 'wm')
             self.wait(lambda: self._wm_ready(), 10, 'openbox did not take the screen')
@@ -308,11 +331,23 @@ class Desktop:
     def launch(self, argv:list,          # the program and its arguments (no shell)
                name:str,                 # a short name, for the log file
                env:dict|None=None,       # extra environment variables
-               cwd:str|Path|None=None,   # working directory (default: the desktop's HOME)
+               cwd:str|Path|None=None,   # working directory, a host path (default: the desktop's HOME)
+               pass_fds:Sequence=(),     # open descriptors the program inherits (e.g. a listening socket)
               )->subprocess.Popen:
-        "Start a program on this desktop, in its own process group, logging to `logs/<name>.log`"
+        "Start a program on this desktop, in its sandbox and its own process group, logging to `logs/<name>.log`"
         if not self.display: raise DesktopError('the desktop is not started')
-        return self._popen([str(a) for a in argv], name, env={**self.env, **(env or {})}, cwd=str(cwd or self.env['HOME']))
+        cwd = str(cwd or self.home)
+        return self._popen(self.sandbox.argv(argv, cwd), name, env={**self.env, **(env or {})}, cwd=cwd, pass_fds=tuple(pass_fds))
+
+    def run(self, argv:list, timeout:float=60.0, **kw)->subprocess.CompletedProcess:
+        "Run a program on this desktop, in its sandbox, and wait for it (output captured as text; `subprocess.run`'s other arguments)"
+        if not self.display: raise DesktopError('the desktop is not started')
+        kw = {'capture_output': True, 'text': True, 'stdin': subprocess.DEVNULL, 'cwd': str(self.home), **kw}
+        return self.sandbox.run(argv, env={**self.env, **kw.pop('env', {})}, timeout=timeout, **kw)
+
+    def give(self, *paths:Path|str):
+        "Make files and folders (in the desktop's folder) the programs' own, so they may change them"
+        self.sandbox.own(*paths)
 
     def log(self, name:str)->str:
         "The output of a launched program so far"
@@ -325,7 +360,9 @@ class Desktop:
         return desktop_processes(self.id)
 
     @property
-    def home(self)->Path: return Path(self.env['HOME'])
+    def home(self)->Path:
+        "The programs' HOME as a path of this host (they may see it elsewhere: `home_at`)"
+        return self.tmp/'home'
 
     # --- X
     def wait(self, pred, timeout:float=10.0, what:str='condition', every:float=0.05):
@@ -395,7 +432,7 @@ class Desktop:
             )->list|None: # Elements, or None when no tree can be read
         "The accessibility tree of every app on this desktop (AT-SPI), or None"
         if not (self.a11y_on and self.display) or not Path(SYSTEM_PYTHON).exists(): return None
-        try: p = subprocess.run([SYSTEM_PYTHON, '-c', A11Y_WALKER, str(limit)], env=self.env, capture_output=True, text=True, timeout=timeout)
+        try: p = self.run([SYSTEM_PYTHON, '-c', A11Y_WALKER, str(limit)], timeout=timeout)   # in the sandbox: the bus is its user's
         except subprocess.TimeoutExpired: return None
         if p.returncode: return None
         try: return parse_a11y(json.loads(p.stdout), self.size)
@@ -439,6 +476,16 @@ class Desktop:
             if last is None or changed(last, img): last, since = img, time.time()
             if time.time() - since >= quiet or time.time() > end: return img
             time.sleep(every)
+
+def read_written(path:Path|str,       # a file a desktop's program wrote (in a folder it may write)
+                 limit:int=64 * 2**20, # bytes read at most
+                )->str: # its text ('' when it is missing, not a plain file, or a link)
+    "A file the sandboxed programs wrote, read without following a link they may have put in its place"
+    try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError: return ''
+    with os.fdopen(fd, 'rb') as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): return ''
+        return f.read(limit).decode('utf-8', 'replace')
 
 def changed(a:Image.Image, b:Image.Image, # two screenshots of the same size
             caret:int=3,                  # a difference at most this many pixels wide (or high) is a blinking caret
@@ -514,8 +561,15 @@ class Op:
     options: Arg|None = None       # every other field is an option checked with this Arg; None: other fields are refused
     option_name: str = r'[a-z](?:[a-z0-9_]{0,62}[a-z0-9])?'   # the form of an option's name
     reserved: frozenset = frozenset()   # option names refused all the same
+    check: Callable|None = None    # the whole item's checked fields -> them; raises ValueError saying why not (rules across fields)
 
 MAX_INITIALIZE = 50   # items in one task's initialize list
+
+class FieldError(ValueError):
+    "A value an operation's whole-item check refuses, naming the field it is in"
+    def __init__(self, field:str, message:str):
+        super().__init__(message)
+        self.field = field
 
 def bounded_text(max_len:int=10_000,   # the most characters
                  one_line:bool=False,  # refuse line breaks
@@ -575,7 +629,11 @@ def check_item(op:Op,   # the operation
         kw[k] = _checked(arg, v, f"{at}.{_name(k)}")
     for k, arg in op.fields.items():
         if arg.required and k not in item: raise InitializeError(f"{at}.{k}: missing")
-    return kw
+    if op.check is None: return kw
+    try: return op.check(kw)
+    except InitializeError: raise
+    except FieldError as e: raise InitializeError(f"{at}.{_name(e.field)}: {e}") from None
+    except (ValueError, TypeError, KeyError) as e: raise InitializeError(f"{at}: {e}") from None
 
 def validate_initialize(task,    # a Task (its `initialize`, `source`, `app` and `id` are used)
                         app:type, # the DesktopApp class that would run it

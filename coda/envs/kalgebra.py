@@ -11,7 +11,7 @@ __all__ = ['MAX_PATH', 'MAX_SCRIPT', 'TAB_KEYS', 'INPUT', 'FUNC_ADD_TAB', 'FUNC_
 import os, re, html, time, shutil, subprocess
 from pathlib import Path
 from ..actions import Action
-from .desktop import DesktopApp, DesktopError, register_app, need, Op, Arg, bounded_text, number_in, one_of
+from .desktop import DesktopApp, DesktopError, register_app, need, Op, Arg, bounded_text, number_in, one_of, read_written
 from ..paths import ROOT, SHARED
 
 # %% ../../nbs/05g_kalgebra.ipynb #95e0cda5
@@ -167,12 +167,11 @@ class KAlgebraApp(DesktopApp):
     # --- reading state
     def export_log(self, timeout:float=15.0)->str:
         "Export the console's log (Ctrl+S, a path, Enter) and return its HTML"
-        path = self.desktop.tmp/f'log-{time.time_ns()}.html'
+        path = self.desktop.tmp/'tmp'/f'log-{time.time_ns()}.html'   # a folder the app's sandbox may write
         self.act([Action('hotkey', keys=('ctrl', 's'))], settle=False)
         self.desktop.wait_window(r'^Save As', 10)
         self.act([Action('hotkey', keys=('ctrl', 'a')), Action('type', text=str(path), enter=True)], settle=False)
-        self.desktop.wait(lambda: path.exists() and path.read_text(errors='replace').rstrip().endswith('</html>'), timeout, 'the exported log')
-        return path.read_text(errors='replace')
+        return self.desktop.wait(lambda: (t := read_written(path)).rstrip().endswith('</html>') and t, timeout, 'the exported log')
     def query(self, exprs:list)->list:
         "Evaluate expressions in the app's console; returns their log entries"
         self.act([Action('hotkey', keys=('esc',)), Action('hotkey', keys=('esc',)), Action('hotkey', keys=TAB_KEYS[0])])

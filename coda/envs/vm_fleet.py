@@ -4,12 +4,12 @@
 
 # %% auto #0
 __all__ = ['SERVER_PORT', 'SCIENCEBOARD_RESET', 'LOCAL_FILES', 'SHARED_IMAGE', 'INSTALL', 'probe', 'wait_ready', 'split_urls',
-           'server_url', 'default_lease_dir', 'lease_file', 'Lease', 'leases', 'NoFreeVM', 'VMHandle', 'URLHandle',
-           'lease_url', 'LocalHandle', 'desktop_env_provider', 'start_emulator', 'ProviderHandle', 'provider_vm',
-           'acquire']
+           'server_url', 'default_lease_dir', 'lease_file', 'lease_folder', 'Lease', 'leases', 'NoFreeVM', 'VMHandle',
+           'URLHandle', 'lease_url', 'LocalHandle', 'desktop_env_provider', 'start_emulator', 'ProviderHandle',
+           'provider_vm', 'acquire']
 
 # %% ../../nbs/05l_vm_fleet.ipynb #7a92dd33
-import os, json, time, fcntl, socket, hashlib, inspect, tempfile
+import os, json, stat, time, fcntl, socket, hashlib, inspect, tempfile
 from pathlib import Path
 import httpx
 from .vmclient import VMClient, VMError, VMUnreachable, LocalVM
@@ -70,6 +70,19 @@ def default_lease_dir()->Path:
 
 def lease_file(lease_dir:Path|str, name:str)->Path: return Path(lease_dir)/(hashlib.sha256(name.encode()).hexdigest()[:16] + '.lock')
 
+def lease_folder(lease_dir:Path|str, # the folder the worker processes share
+                )->Path: # it, checked (made with mode 0700 when missing)
+    "A lease folder this user owns and no one else may write; VMError naming it otherwise"
+    d = Path(lease_dir)
+    try: d.mkdir(mode=0o700, parents=True)
+    except FileExistsError: pass                  # checked below, whatever it is
+    except OSError as e: raise VMError(f"cannot make the lease folder {d}: {e.strerror}") from None
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode): raise VMError(f"the lease folder {d} is a link or not a folder: refused (another user may have put it there)")
+    if st.st_uid != os.geteuid(): raise VMError(f"the lease folder {d} belongs to user {st.st_uid}, not to this one ({os.geteuid()}): refused")
+    if st.st_mode & 0o022: raise VMError(f"the lease folder {d} may be written by others (mode {stat.S_IMODE(st.st_mode):o}): refused")
+    return d
+
 class Lease:
     "An exclusive hold on one name (a URL or a VM's path): a flock on its file in `lease_dir`, freed by `release` or the process's end"
     def __init__(self, name:str, fd:int): self.name, self.fd = name, fd
@@ -79,11 +92,12 @@ class Lease:
              name:str,                # what is leased
             )->'Lease|None': # None when another holder has it
         "Lease `name` now, without waiting"
-        path = lease_file(lease_dir, name)
-        try:
-            Path(lease_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        path = lease_file(lease_folder(lease_dir), name)
+        try: fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as e: raise VMError(f"cannot open the lease file {path} for {name}: {e}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise VMError(f"the lease file {path} for {name} is not a plain file: refused")
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
@@ -115,8 +129,9 @@ def leases(lease_dir:Path|str)->dict:
     "Who holds what in `lease_dir`, read without locking: name -> {pid, host, since} for holders alive on this host (or on another host)"
     out = {}
     for f in sorted(Path(lease_dir).glob('*.lock')):
-        try: rec = json.loads(f.read_bytes() or b'null')
-        except (OSError, ValueError): continue    # being written this instant
+        try:
+            with os.fdopen(os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), 'rb') as fh: rec = json.loads(fh.read(65536) or b'null')
+        except (OSError, ValueError): continue    # being written this instant, or not a plain file
         if isinstance(rec, dict) and 'name' in rec and (rec.get('host') != socket.gethostname() or _alive(rec.get('pid', 0))):
             out[rec['name']] = {k: rec.get(k) for k in ('pid', 'host', 'since')}
     return out

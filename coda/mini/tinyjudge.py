@@ -15,7 +15,8 @@ from ..judge import JudgeConfig, preset, checker_judgments
 from .oracle import OraclePlanner
 from ..agent import derive_seed
 from .slots import SlotChat, SlotCodec
-from ..store import RunStore, atomic_write
+from ..store import RunStore
+from ..files import atomic_write
 from .. import judge_train
 from ..judge_train import judge_sft_rows, trained_judge
 
