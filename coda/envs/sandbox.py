@@ -105,8 +105,9 @@ def _free_uid(rng=random.SystemRandom())->int:
 def _hidden_parent(p:str)->bool: return any(p == h or p.startswith(h.rstrip('/') + '/') for h in HIDDEN)
 
 def python_paths()->list:
-    "The folders this Python needs (its installation and its environment), as real paths"
-    return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)))})
+    "The folders this Python and coda need (the installation, the environment, the folder coda is imported from), as real paths"
+    code = Path(__file__).resolve().parents[2] if '__file__' in globals() else Path.cwd().parent   # coda/envs/sandbox.py: the repository
+    return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), code)})
 
 # %% ../../nbs/05f0_sandbox.ipynb #942b623d
 def _read_report(p:subprocess.Popen, timeout:float)->dict:
