@@ -22,7 +22,8 @@ from pathlib import Path
 def run_once(app, layout, workers, n=1):
     "(agent steps, wall seconds, step records) for one pass over `app`'s seed tasks"
     from functools import partial
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.envs.scidesk import SciDesk, scidesk_tasks
     from coda.mini.grounder import A11yGrounder
     from coda.mini.oracle import OraclePlanner

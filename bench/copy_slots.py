@@ -15,7 +15,7 @@ Usage: python bench/copy_slots.py [--data families] [--steps 450] [--out runs/be
 It prints, per planner and temperature, the successes on the fresh tasks. Two planners take about 15 minutes on
 2 cores (run at once, one core each).
 """
-import argparse, json, os, subprocess, sys, time
+import argparse, os, subprocess, sys, time
 from fastcore.script import call_parse
 from typing import Annotated
 import yaml
@@ -30,12 +30,13 @@ def family_tasks(seed:int, per_app:int, test:list)->list:
 def run(out:Path, slots:bool, data:str, steps:int, demos:int=30):
     "Bootstrap one planner into `out` (resumable) and evaluate it; prints its successes"
     from coda.pipeconfig import load_config
+    from coda.files import TrainedModel
     from coda.pipeline import Pipeline
     from coda.mini.teacher import template_tasks
     from coda.mini.prepare import build_planner, planner_texts
     from coda.mini.oracle import record_demonstrations
     from coda.mini.slots import SlotChat
-    from coda.serve import load_codec
+    from coda.plugins import load_codec
     from coda.judge import checker_judgments
     from coda.envs.scidesk import scidesk_tasks, SciDesk
     from coda.agent import AgentConfig
@@ -63,7 +64,7 @@ def run(out:Path, slots:bool, data:str, steps:int, demos:int=30):
         run_sft_command(add_sft_args(argparse.ArgumentParser()).parse_args(
             ['--runs', *map(str, runs), '--judge', 'checker', '--model', str(M/'random'), '--out', str(M/'baseline'), '--config', str(M/'bootstrap.yaml'), '--resume']))
     name = 'slots' if slots else 'plain'
-    print(f"{name}: {json.loads((M/'baseline'/'sft.json').read_text())['rows']} demonstration turns, bootstrap done at {time.time() - t0:.0f} s", flush=True)
+    print(f"{name}: {TrainedModel.read(M/'baseline', 'sft').info['rows']} demonstration turns, bootstrap done at {time.time() - t0:.0f} s", flush=True)
     for T in (1.0, 0.3):
         p = LocalChat(M/'baseline', defaults=dict(temperature=T), seed=0)
         a = cfg.agent

@@ -78,7 +78,8 @@ def main(G:int=8,                   # completions per state
     from test_grpo import write_episode, grounding_executor
     from coda.envs.scidesk import scidesk_tasks
     from coda.grpo import build_grpo_dataset, DecoupledReward, train_grpo
-    from coda.models import OpenAIChat, build_tiny_qwen25vl
+    from coda.models import OpenAIChat
+    from coda.tiny import build_tiny_qwen25vl
     root = Path(tempfile.mkdtemp())/'run'
     task = next(t for t in scidesk_tasks(['Algebra']) if t.id == 'A-01')
     write_episode(root, task, [("Thought: Click the expression field at the bottom.\nAction: click(start_box='(458,758)')",

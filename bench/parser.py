@@ -10,7 +10,7 @@ falls with size; a linear one keeps it flat. Then one profile of every shape at 
 functions the time goes to. Replies over `MAX_REPLY` characters are refused unparsed (one `invalid` action), so
 sizes above it measure that refusal.
 """
-import cProfile, io, os, pstats, statistics, sys, time
+import cProfile, io, os, pstats, statistics, sys
 from fastcore.script import call_parse
 from typing import Annotated
 from pathlib import Path
@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / 'tests')]
 from test_parser_limits import SHAPES, shape  # noqa: E402
 from coda.actions import MAX_REPLY, parse_action  # noqa: E402
+from timing import timed  # noqa: E402
 
 TARGET_S = 0.25  # seconds per 1 MB reply, any shape, one core: "well under a second"
 
@@ -31,12 +32,7 @@ def build(name:str, n:int)->str: return realistic(n) if name == 'realistic long 
 
 def median_s(text:str, repeat:int)->float:
     "Median seconds of `repeat` parses of `text`"
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        parse_action(text)
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return statistics.median(timed(lambda i: parse_action(text), repeat))
 
 @call_parse
 def main(sizes:Annotated[int, {'nargs': '+'}]=[1_000, 64_000, 1_000_000],  # reply lengths in characters

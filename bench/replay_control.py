@@ -11,7 +11,6 @@ Usage: python bench/replay_control.py [--run runs/reproduce] [--out <run>/replay
 It prints the held-out successes of the baseline, Stage 2, the checker-label Stage 2 (when the run has it) and the
 control, per task and in all. Two to three minutes on 2 cores.
 """
-import json
 from fastcore.script import call_parse
 from pathlib import Path
 
@@ -35,11 +34,11 @@ def main(run:str='runs/reproduce',  # a finished miniature run of coda pipeline
         ):
     "The replay control: Stage 2 trained on the replayed demonstrations alone, evaluated as the stage2 row"
     from coda.paths import from_root
-    from coda.pipeconfig import ModelRef, load_config, config_dict, config_changes
+    from coda.pipeconfig import ModelRef, Record, load_config, config_dict, config_changes
     from coda.pipeline import Pipeline, expand_runs, sft_summary
     root = from_root(run)
     out = Path(out) if out else root/'replay-control'
-    rec = json.loads((root/'pipeline.json').read_text())
+    rec = Record.read(root).data
     cfg = load_config(rec['config_file'], run=str(root))
     if changed := config_changes(rec['config'], config_dict(cfg)):
         raise SystemExit(f"{rec['config_file']} has changed since the run ({changed}): the control would not use the run's recipe")

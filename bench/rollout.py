@@ -104,7 +104,8 @@ async def watch_loop(stop:asyncio.Event, period=0.005):
 def measure(tasks, make_env, policy, workers, n=1, latency=0.0, want_requests=None, want_steps=None):
     "Run the episodes against a fresh scripted server; check they all succeed; (wall seconds, breakdown per episode)"
     from agent_fixtures import ScriptedServer
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.models import OpenAIChat
     from coda.rollout import run_episodes
     CLOCK.t.clear()

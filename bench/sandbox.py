@@ -4,18 +4,14 @@ both sides alike; each line prints min / median / max.
 
 Usage: python bench/sandbox.py [--rounds 10]
 """
-import statistics, subprocess, sys, tempfile, time
+import statistics, subprocess, tempfile
 from pathlib import Path
 from fastcore.script import call_parse
 from coda.envs.sandbox import Sandbox
 from coda.envs.desktop import Desktop
+from timing import timed
 
 def line(name, xs): return f"  {name:<44} {min(xs) * 1000:7.1f} / {statistics.median(xs) * 1000:7.1f} / {max(xs) * 1000:7.1f} ms"
-
-def timed(fn)->float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 @call_parse
 def main(rounds:int=10, # alternating rounds of each measurement
@@ -25,12 +21,12 @@ def main(rounds:int=10, # alternating rounds of each measurement
     sb_start, desk = [], {'required': [], 'off': []}
     for _ in range(rounds):
         s = Sandbox(folder)
-        sb_start.append(timed(s.start))
+        sb_start += timed(lambda i: s.start())
         kind = s.kind
         s.close()
         for mode in ('required', 'off'):
             d = Desktop(wm=None, bus=False, confine=mode)
-            desk[mode].append(timed(d.start))
+            desk[mode] += timed(lambda i: d.start())
             d.close()
     print(f"sandbox kind here: {kind} (min / median / max of {rounds})")
     print(line('Sandbox.start (the holder: mounts, loopback)', sb_start))
@@ -39,7 +35,7 @@ def main(rounds:int=10, # alternating rounds of each measurement
     with Sandbox(folder) as s:
         inside, plain = [], []
         for _ in range(rounds):
-            inside.append(timed(lambda: s.run(['true'], check=True)))
-            plain.append(timed(lambda: subprocess.run(['true'], check=True)))
+            inside += timed(lambda i: s.run(['true'], check=True))
+            plain += timed(lambda i: subprocess.run(['true'], check=True))
     print(line("a program started inside ('true')", inside))
     print(line("the same started plainly", plain))

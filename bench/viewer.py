@@ -16,7 +16,7 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
-from coda.records import Judgment  # noqa: E402
+from coda.records import Judgment, Labels  # noqa: E402
 from coda.store import RunStore, file_judgment  # noqa: E402
 from coda.viewer import to_html  # noqa: E402
 
@@ -41,8 +41,8 @@ def episode(st:RunStore, app:str, task:str, instruction:str, shots:list, result:
     w.finish({**result, 'steps': len(shots), 'seconds': 4.2 * len(shots)})
     if judge and result['status'] == 'done':
         ok = result['score'] >= 1
-        labels = dict(positives=list(range(len(shots))) if ok else [0], negative=None if ok else 1, clean_success=ok)
-        file_judgment(st.root, Judgment((app, task, 0), judge, ok, int(ok), [], labels), fsync=False)
+        labels = Labels.success(len(shots)) if ok else Labels.first_error(1)
+        file_judgment(st.root, Judgment(key=(app, task, 0), judge=judge, accepted=ok, label=int(ok), labels=labels), fsync=False)
 
 def synthetic(root:Path, n:int, steps:int)->Path:
     "A run of n episodes with small PNGs"

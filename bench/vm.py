@@ -17,18 +17,11 @@ from coda.actions import Action
 from coda.paths import SHARED
 from coda.tasks import load_task
 from coda.envs.vm import VMEnv
-from coda.envs.vmclient import free_port, parse_accessibility
+from coda.envs.vmclient import parse_accessibility
+from coda.procs import free_port
+from timing import timed
 
 def ms(xs): return f"{statistics.median(xs) * 1000:7.1f} ms (median of {len(xs)}; min {min(xs) * 1000:.1f}, max {max(xs) * 1000:.1f})"
-
-def timed(fn, n):
-    "Seconds of each of n calls of fn()"
-    out = []
-    for i in range(n):
-        t = time.perf_counter()
-        fn(i)
-        out.append(time.perf_counter() - t)
-    return out
 
 @call_parse
 def main(steps:int=20,     # clicks timed per part

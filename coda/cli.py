@@ -194,7 +194,8 @@ def _takes_tasks(obj)->bool:
 def _chat(role:str, a, s, tasks:list)->tuple:
     "(chat backend, name, url or None) of `role`: the in-process `--<role>-backend` if given, else the endpoint of the settings"
     from coda.models import OpenAIChat
-    from coda.serve import load_backend, load_object
+    from coda.serve import load_backend
+    from coda.plugins import load_object
     spec = getattr(a, f'{role}_backend')
     if not spec:
         return OpenAIChat.from_settings(role, s, max_concurrency=a.workers), getattr(s, f'{role}_model'), getattr(s, f'{role}_url')
@@ -312,7 +313,7 @@ def _cmd_judge(a):
     from coda.judge import Judge, Ensemble, preset, judge_run, judge_eval
     from dataclasses import replace
     from coda.models import OpenAIChat
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     s = get_settings(a.settings, **{k: getattr(a, k) for k in ('judge_url', 'judge_model', 'api_key', 'judge_api_key')})
     if not (Path(a.run)/'episodes').exists(): raise UserError(f"{a.run} is not a run folder (no episodes/ in it)")
     kw = {k: v for k, v in (('max_frames', a.frames), ('max_tokens', a.max_tokens)) if v is not None}
@@ -353,7 +354,7 @@ def _row_servers(a)->list:
     "The vLLM servers of a pipeline config's rows: one per model, under the pipeline's names (a row not trained yet is refused)"
     from coda.pipeconfig import load_config
     from coda.pipeline import Pipeline
-    from coda.models import VLLMServer
+    from coda.launch import VLLMServer
     p = Pipeline(load_config(a.config, run=a.run), dry_run=True, progress=False, log=lambda *x: None)
     refs = {}
     for row in a.rows or p.cfg.evaluation.rows:
@@ -368,7 +369,7 @@ def _row_servers(a)->list:
 
 # %% ../nbs/90_cli.ipynb #70a8d421
 def _cmd_serve(a):
-    from coda.models import VLLMServer, vllm_commands, PAPER_SERVERS
+    from coda.launch import VLLMServer, vllm_commands, PAPER_SERVERS
     if a.config: servers = _row_servers(a)
     else:
         servers = list(PAPER_SERVERS)

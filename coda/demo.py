@@ -7,7 +7,7 @@ __all__ = ['PLANNER', 'EXECUTOR', 'TINY_JUDGE', 'TINY_NAME', 'RESOLUTION', 'JUDG
            'demo_summary', 'train_demo_judge', 'judge_demo', 'add_demo_args', 'run_demo_command']
 
 # %% ../nbs/92_demo.ipynb #13a3ac70
-import itertools, json, random, time, webbrowser
+import itertools, random, time, webbrowser
 from collections import defaultdict
 from functools import partial
 from pathlib import Path
@@ -72,10 +72,11 @@ def _agreement(run:Path, records:list, name:str)->dict:
 
 def _tiny(run:Path, records:list, steps:int, seed:int, workers:int, progress:bool)->dict:
     "Train (or reuse) the tiny judge, judge the run with it, and how it agrees with the checkers on `records`"
+    from coda.files import TrainedModel
     t0 = time.perf_counter()
     model, now = train_demo_judge(run, steps, seed, workers, progress)
     judge_demo(run, model, workers, progress)
-    info = json.loads((run.resolve()/'judge'/'judge.json').read_text())
+    info = TrainedModel.read(run.resolve()/'judge', 'judge').info
     return dict(name=TINY_NAME, model=model, trained=now, rows=info['rows'], steps=info['steps'], hidden=info['hidden'], layers=info['layers'],
                 seconds=time.perf_counter() - t0, **_agreement(run, records, TINY_NAME))
 
@@ -144,7 +145,7 @@ JUDGE_SIZE = dict(hidden=64, layers=1, vocab_size=1024, batch_size=4, lr=3e-3)  
 
 def _mini(name:str):
     "A function of the miniature's judge module, loaded by dotted name"
-    from coda.serve import load_object
+    from coda.plugins import load_object
     return load_object(f'{TINY_JUDGE}:{name}')
 
 def train_demo_judge(run:Path|str,        # the demo's run folder: the judge goes to run/judge
@@ -172,7 +173,7 @@ def judge_demo(run:Path|str,        # the demo's run folder
                progress:bool=False, # show a progress bar
               )->dict: # judge_run's counts
     "Judge the run's finished episodes with the tiny judge (`coda.judge.judge_run`), filed as `tiny-judge`"
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     from coda.judge import Judge, Vote, judge_run, preset
     cfg = preset('single', max_frames=1, votes=[Vote(0.0, None, RESOLUTION)], max_tokens=128)
     return run_sync(judge_run(run, Judge(_mini('tiny_judge_chat')(model), cfg, name=TINY_NAME), workers=workers, progress=progress))

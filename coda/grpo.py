@@ -15,11 +15,12 @@ from typing import Sequence
 from .actions import Action, parse_action, model_frame, planner_answer
 from .prompts import Conversation, split_planner
 from .store import RunStore, read_episode, judgments
-from .files import atomic_write
+from .files import atomic_write, TrainedModel
 from .records import replay, to_trl_prompt, step_positives, POSITIVES
 from .reward import action_reward
 from .config import size_arg
-from .launch import freeze_vision_tower, first_process
+from .models import freeze_vision_tower
+from .procs import first_process
 log = logging.getLogger(__name__)
 
 # %% ../nbs/14_grpo.ipynb #20931374
@@ -119,14 +120,14 @@ class DecoupledReward:
 
     def __call__(self, prompts=None, completions=None, episode=None, step=None, gold=None, **kw)->list:
         "TRL's call, from sync code: the batch's rewards, on the process's background loop (its connections kept between calls)"
-        from coda.models import background_loop
+        from coda.aio import background_loop
         r = background_loop().run(self.ascore(completions, episode, step, gold))
         self.history.append(r)
         return r
 
     def close(self):
         "Close the executor's connections on the background loop (a later call opens new ones)"
-        from coda.models import background_loop
+        from coda.aio import background_loop
         if hasattr(self.executor, 'aclose') and (lt := background_loop(start=False)) is not None: lt.run(self.executor.aclose())
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -215,7 +216,7 @@ def write_curves(log:list, out:Path, batches:list|None=None):
     rows = df.index[df['reward'].notna()][-len(batches):] if batches and 'reward' in df else []   # a resumed run's calls are the last steps
     if len(rows):
         df.loc[rows, 'match'] = [step_success(b) for b in batches[-len(rows):]]
-    atomic_write(out/'log.csv', df.to_csv(index=False).encode(), root=out)
+    TrainedModel(out, 'grpo').write_log(df)
     if 'reward' in df and df['reward'].notna().any():
         import matplotlib
         matplotlib.use('Agg')
@@ -320,7 +321,7 @@ def add_grpo_args(p):
     m.add_argument('--preset', choices=sorted(GRPO_PRESETS), help='coda: DeepSeekMath GRPO, beta 0.04, G 8 (default); trl: TRL 1.16 defaults')
     m.add_argument('--no-lora', action='store_true', help='train all weights instead of a LoRA adapter')
     m.add_argument('--freeze-vision', action=argparse.BooleanOptionalAction, help='without LoRA: keep the vision tower frozen (default: yes)')
-    m.add_argument('--codec', help="the planner's text codec, a dotted name (coda.serve.load_codec): prompts encoded, completions decoded")
+    m.add_argument('--codec', help="the planner's text codec, a dotted name (coda.plugins.load_codec): prompts encoded, completions decoded")
     m.add_argument('--resume', action='store_true', help='continue from the last checkpoint in --out')
     t = p.add_argument_group('training (GRPOConfig fields)')
     t.add_argument('--config', help="YAML of GRPOConfig fields and coda's keys, e.g. params/grpo_paper.yaml (the flags given win)")
@@ -372,7 +373,7 @@ def run_grpo_command(a):
     "Run `coda train grpo` from parsed arguments: the app's dataset, the executor's reward, `train_grpo`; returns the trainer"
     from coda.config import get_settings
     from coda.models import OpenAIChat
-    from coda.serve import load_codec
+    from coda.plugins import load_codec
     opts, kw = grpo_command_options(a)
     s = get_settings(getattr(a, 'settings', None), executor_url=a.executor_url, executor_model=a.executor_model, api_key=a.api_key)
     codec = load_codec(opts['codec'])
@@ -390,5 +391,5 @@ def run_grpo_command(a):
                         freeze_vision=opts['freeze_vision'], **kw)
     if tr.is_world_process_zero():
         what = 'adapter' if opts['lora'] else 'model'
-        print(f"done: {tr.state.global_step} steps; {what} in {out/'final'}, curves in {out/'log.csv'} and {out/'reward.png'}", flush=True)
+        print(f"done: {tr.state.global_step} steps; {what} in {out/'final'}, curves in {TrainedModel(out, 'grpo').file} and {out/'reward.png'}", flush=True)
     return tr

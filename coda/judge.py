@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MAX_REPLY', 'MAX_VERDICT', 'MAX_STEP', 'MAX_A11Y', 'JITTER', 'DETAIL', 'PRESETS', 'Verdict', 'parse_verdict',
-           'Labels', 'label_steps', 'sample_frames', 'Trajectory', 'load_trajectory', 'resize_png', 'judge_messages',
-           'Vote', 'JudgeConfig', 'preset', 'Decision', 'Judge', 'Ensemble', 'judge_run', 'checker_judgments',
+           'label_steps', 'sample_frames', 'Trajectory', 'load_trajectory', 'resize_png', 'judge_messages', 'Vote',
+           'JudgeConfig', 'preset', 'Decision', 'Judge', 'Ensemble', 'judge_run', 'checker_judgments',
            'labelled_episodes', 'judge_labels', 'judge_eval', 'arb_data_dir', 'arb_annotations', 'download_arb',
            'load_arb_trajectory', 'arb_trajectory_path', 'arb_judge']
 
@@ -19,8 +19,8 @@ from PIL import Image
 from .prompts import JUDGE_PROMPT, JUDGE_ACTIONS_NOTE
 from .models import ModelError
 from .store import RunStore, ended_in_error, read_episode, judgment_path, file_judgment, judgments, short_repr, as_text
-from .records import Step, Episode, Judgment
-from .agent import derive_seed
+from .records import Step, Episode, Judgment, Labels
+from .aio import derive_seed
 
 # %% ../nbs/11_judge.ipynb #36a6cd7e
 @dataclass
@@ -128,13 +128,6 @@ def parse_verdict(text:str|None, # the judge's reply
                    correct_action=_field_text(d.get('correctaction')), parsed=True)
 
 # %% ../nbs/11_judge.ipynb #b9da1391
-@dataclass
-class Labels:
-    "What a verdict says about each step of a trajectory (0-based step indices)"
-    positives: list = field(default_factory=list)  # steps whose actions are right
-    negative: int|None = None                      # the first wrong (or redundant) step
-    clean_success: bool = False                    # correct, optimised, no error and no redundant step
-
 def label_steps(v:Verdict,            # the verdict
                 n_steps:int,          # the number of steps in the trajectory
                 min_error_step:int=1, # ignore errors before this 1-based step (SEAgent: 3)
@@ -142,10 +135,10 @@ def label_steps(v:Verdict,            # the verdict
     "Positive steps, the negative step and the clean-success flag from a verdict"
     if not v.parsed or n_steps <= 0: return Labels()
     marks = [s for s in [v.first_error, *(v.redundant[:1])] if s is not None]
-    if not marks: return Labels(list(range(n_steps)), None, True) if v.correct and v.optimized is not False else Labels()
+    if not marks: return Labels.success(n_steps) if v.correct and v.optimized is not False else Labels()
     e = min(marks)
     if e < min_error_step or e > n_steps: return Labels()
-    return Labels(list(range(e - 1)), e - 1, False)
+    return Labels.first_error(e - 1)
 
 # %% ../nbs/11_judge.ipynb #45514ad2
 def sample_frames(n:int, # frames available
@@ -297,7 +290,8 @@ class Judge:
         self.name = name or (config if isinstance(config, str) else 'judge')
     async def judge(self, t:Trajectory)->Decision:
         "Vote on a trajectory; stops at the first vote that is not a parsed True"
-        c, votes, cache = self.config, [], {}
+        c, votes, cache, lead = self.config, [], {}, None   # lead: the first vote's verdict, the one an acceptance files
+        if not c.votes: raise ValueError(f"judge {self.name!r} has no votes to take (JudgeConfig.votes is empty)")
         for v in c.votes:
             view = (v.resolution, v.crop)
             if view not in cache: cache[view] = judge_messages(t, c.max_frames, v.resolution, c.actions, c.a11y, v.crop)
@@ -310,22 +304,25 @@ class Judge:
             ver = parse_verdict(r.text)
             votes.append(dict(asdict(v), reply=r.text, verdict=asdict(ver), seconds=round(time.perf_counter() - t0, 3)))
             if not (ver.parsed and ver.correct): return Decision(False, votes, ver)
-        return Decision(True, votes, Verdict(**votes[0]['verdict']))
+            lead = lead or ver
+        return Decision(True, votes, lead)
 
 class Ensemble:
     "Judges combined by AND (e.g. a fine-tuned judge and its base model): accepted only if all accept"
     def __init__(self, judges:Sequence, name:str='ensemble', short_circuit:bool=True):
         self.judges, self.name, self.short_circuit = list(judges), name, short_circuit
     async def judge(self, t:Trajectory)->Decision:
-        votes, first = [], None
+        if not self.judges: raise ValueError(f"ensemble {self.name!r} has no judges")
+        votes, first, lead = [], None, None
         for j in self.judges:
             d = await j.judge(t)
             votes += [dict(v, judge=j.name) for v in d.votes]
             if d.error: return Decision(False, votes, d.verdict, error=d.error)
+            lead = lead or d
             if not d.accepted:
                 first = first or d
                 if self.short_circuit: return Decision(False, votes, d.verdict)
-        return Decision(first is None, votes, first.verdict if first else Verdict(**votes[0]['verdict']))
+        return Decision(first is None, votes, (first or lead).verdict)
 
 # %% ../nbs/11_judge.ipynb #90af9dc9
 async def judge_run(run:Path|str,       # a run folder (coda.store)
@@ -360,8 +357,8 @@ async def judge_run(run:Path|str,       # a run folder (coda.store)
                 errors.append(f"{e.dir}: {d.error}")
             else:
                 lab = label_steps(d.verdict, t.n_steps, min_error_step) if d.verdict is not None else Labels()
-                file_judgment(run, Judgment(t.key, judge.name, d.accepted, d.label, d.votes, asdict(lab), t.n_steps, e.result.get('score'),
-                                            e.result.get('status'), verdict=asdict(d.verdict) if d.verdict else None))
+                j = Judgment.from_verdict(t.key, judge.name, d.verdict, lab, t.n_steps, e.result, accepted=d.accepted, label=d.label, votes=d.votes)
+                file_judgment(run, j)
                 counts['judged'] += 1
                 counts['accepted'] += d.accepted
             bar.update(1)
@@ -380,9 +377,7 @@ def checker_judgments(run:Path|str, name:str='checker')->int:
         r = e.result
         if r.get('status') == 'unscored': continue   # no checker ran: left to a real judge
         ok = (r.get('score') or 0) >= 1 and r.get('status') == 'done' and not ended_in_error(r)
-        steps = len(e.steps)
-        file_judgment(run, Judgment(e.key, name, ok, int(ok), [], dict(positives=list(range(steps)) if ok else [], negative=None, clean_success=ok),
-                                    steps, r.get('score'), r.get('status')))
+        file_judgment(run, Judgment.from_checker(e.key, name, ok, len(e.steps), r))
         n += 1
     return n
 

@@ -16,7 +16,7 @@ from .judge import Verdict, Trajectory, judge_messages, load_trajectory
 from .judge import arb_annotations, arb_trajectory_path, load_arb_trajectory
 from PIL import Image
 from .store import RunStore, ended_in_error, judgments
-from .files import atomic_write
+from .files import TrainedModel
 from .records import Judgment
 from .config import size_arg
 from .sft import TEXT_ATTENTION
@@ -209,16 +209,15 @@ PAPER_STEPS = 370   # its optimizer steps (32 A100s; the batch size is not given
 def trained_judge(out:Path|str,       # a judge's folder
                   verbose:bool=True,  # say that it is reused
                  )->Path|None: # its model folder, or None if no judge finished there
-    "The model folder of the finished judge in `out` (its judge.json), or None"
-    p = Path(out)/'judge.json'
-    if not p.exists(): return None
-    info = json.loads(p.read_text())
+    "The model folder of the finished judge in `out` (the one its judge.json names), or None"
+    if (judge := TrainedModel.read(out, 'judge')) is None: return None
+    info = judge.info
     if verbose: print(f"reusing the judge in {out} ({info['rows']} rows, {info['steps']} steps, mean training loss {info['train_loss']:.4f})")
-    return Path(info['model'])
+    return judge.model
 
 def load_judge_codec(codec)->tuple:
-    "(codec object, its dotted name) from an object or a dotted name (loaded with `coda.serve.load_codec`); (None, None) for None"
-    from coda.serve import load_codec
+    "(codec object, its dotted name) from an object or a dotted name (loaded with `coda.plugins.load_codec`); (None, None) for None"
+    from coda.plugins import load_codec
     if codec is None: return None, None
     return load_codec(codec), codec if isinstance(codec, str) else f'{type(codec).__module__}.{type(codec).__qualname__}'
 
@@ -230,8 +229,6 @@ def process_state(cpu:bool|None=None, # train on CPU (None: when no GPU is avail
     return PartialState(cpu=(not torch.cuda.is_available()) if cpu is None else bool(cpu))
 
 def _are_runs(data)->bool: return isinstance(data, (str, Path)) or all(isinstance(x, (str, Path)) for x in data)
-
-def _write_json(path:Path, obj:dict): atomic_write(path, json.dumps(obj, indent=1, default=str).encode(), root=path.parent)
 
 # %% ../nbs/11a_judge_train.ipynb #fadd184c
 def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, arb_sft_rows), or run folders to make them from
@@ -278,13 +275,13 @@ def train_judge(data:Sequence,              # judge SFT rows (judge_sft_rows, ar
     if state.is_main_process:
         if lora: merge_lora(trained, model, base)
         for ck in trained.glob('checkpoint-*'): shutil.rmtree(ck)     # finished: the checkpoints are no longer needed
-        sft = json.loads((trained/'sft.json').read_text())
+        sft = TrainedModel.read(trained, 'sft').info
         runs = [str(data)] if isinstance(data, (str, Path)) else list(map(str, data)) if _are_runs(data) else sorted({r['run'] for r in rows})
-        _write_json(out/'judge.json', dict(
+        TrainedModel(out, 'judge', dict(
             model=str(model), base=str(base), lora=lora, lora_r=lora_r if lora else None, lora_alpha=lora_alpha if lora else None,
             judge=name, runs=runs, rows=len(rows), counts=counts.reset_index().to_dict('records'), steps=sft['steps'], train_loss=sft['train_loss'],
             seconds=round(time.perf_counter() - t0, 1), processes=state.num_processes, lr=lr, batch_size=batch_size, grad_accum=grad_accum,
-            max_frames=max_frames, resolution=resolution, codec=codec_name, seed=seed, a11y=a11y, crops=[list(c) for c in crops]) | (info or {}))
+            max_frames=max_frames, resolution=resolution, codec=codec_name, seed=seed, a11y=a11y, crops=[list(c) for c in crops]) | (info or {})).write()
     state.wait_for_everyone()
     return model
 
@@ -308,7 +305,7 @@ def add_judge_args(p):
     p.add_argument('--max-length', type=int, help='truncate longer rows to this many tokens (default: never; truncation cuts the verdict)')
     p.add_argument('--frames', type=int, help='keyframes per request, as the judge will be served (default 8)')
     p.add_argument('--resolution', type=size_arg, help='scale frames to fit WxH, as the judge will be served (default: as stored)')
-    p.add_argument('--codec', help='dotted name of the codec the judge reads requests through (coda.serve.load_codec)')
+    p.add_argument('--codec', help='dotted name of the codec the judge reads requests through (coda.plugins.load_codec)')
     p.add_argument('--a11y', action='store_true', help="requests hold the accessibility text the planner read before its last step (serve with JudgeConfig.a11y)")
     p.add_argument('--config', help='YAML of train_judge arguments and SFTConfig fields (command-line flags win)')
     p.add_argument('--seed', type=int, help='seed of the balancing and the training (default 0)')
@@ -353,8 +350,9 @@ def run_judge_command(a)->Path:
         raise SystemExit(f"no usable episodes judged by {a.labels!r} in {where}" + (f", nor ARB trajectories in {a.arb}" if a.arb else ''))
     model = train_judge(rows, a.base, a.out, name=a.labels, fresh=a.fresh, info={'counts': counts.reset_index().to_dict('records')}, **kw)
     if main:
-        info = json.loads((Path(a.out)/'judge.json').read_text())
+        judge = TrainedModel.read(a.out, 'judge')
+        info = judge.info
         how = f"a rank-{info['lora_r']} LoRA merged into {a.base}" if info['lora'] else f'all language-model weights of {a.base}'
         print(f"{info['rows']} rows, {info['steps']} steps, train loss {info['train_loss']:.4f}, {info['seconds']} s, {info['processes']} process(es)")
-        print(f"judge: {model} ({how})\nlog: {Path(a.out)/'model'/'log_history.csv'}\nrecord: {Path(a.out)/'judge.json'}")
+        print(f"judge: {model} ({how})\nlog: {Path(a.out)/'model'/'log_history.csv'}\nrecord: {judge.file}")
     return model

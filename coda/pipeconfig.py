@@ -286,11 +286,21 @@ def stage_settings(cfg:'PipelineConfig',  # the run's config
 # %% ../nbs/16_pipeconfig.ipynb #8d82a25f
 class Record:
     "A run's `pipeline.json`: the config, and each stage's status, seconds, models, commands and outputs; written atomically at every change"
+    FILE = 'pipeline.json'   # its name in a run folder: no other module names it
     def __init__(self, path:Path, readonly:bool=False):
         self.path, self.readonly = safe_target(path), readonly   # a link in its place is refused (`coda.store.UnsafePath`)
         try: self.data = json.loads(read_file(self.path)) if self.path.exists() else {}
         except json.JSONDecodeError as e: raise ValueError(f"{self.path} is damaged ({e}); move it away to start the run over") from None
         self.data.setdefault('stages', {})
+    @classmethod
+    def of(cls, run:Path|str, readonly:bool=False)->'Record':
+        "The record of the run folder `run` (empty while the run has none)"
+        return cls(Path(run)/cls.FILE, readonly)
+    @classmethod
+    def read(cls, run:Path|str)->'Record':
+        "The record of a pipeline run, to read only (the tables): `FileNotFoundError` when `run` holds none"
+        if not (Path(run)/cls.FILE).exists(): raise FileNotFoundError(f"{Path(run)/cls.FILE}: no such file: {run} is no `coda pipeline` run folder")
+        return cls.of(run, readonly=True)
     def stage(self, name:str)->dict: return self.data['stages'].get(name) or {}
     def outputs(self, name:str)->dict: return self.stage(name).get('outputs') or {}
     def update(self, name:str|None=None, **kw):

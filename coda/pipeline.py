@@ -18,7 +18,7 @@ import yaml
 from .paths import from_root, PARAMS
 from fastcore.basics import patch
 from .store import RunStore, dumps, judgments
-from .files import atomic_write, safe_target
+from .files import atomic_write, safe_target, TrainedModel
 from .records import POSITIVES, step_positives
 from . import pipeconfig
 from .pipeconfig import ModelRef, Models, Launch, PipelineConfig, Record, Stage, load_config, config_dict, config_changes, merge_dicts
@@ -47,7 +47,7 @@ class Pipeline:
         self.cfg, self.dry, self.progress, self.log = copy.deepcopy(cfg), dry_run, progress, log   # its paths get this run's folder below
         self.root = cfg.root
         if fresh and not dry_run and self.root.exists(): shutil.rmtree(self.root)
-        self.record = Record(self.root/'pipeline.json', readonly=dry_run)
+        self.record = Record.of(self.root, readonly=dry_run)
         self.servers = Servers(cfg.serving, self.root/'logs', plan_only=dry_run, log=log, allow=pipeconfig.served_code(cfg.models))
         self.plan, self.redo, self.n_stages, self._tasks, self.accept = [], set(redo), None, {}, accept_changes
         if not dry_run: self._check_config(accept_changes)
@@ -173,9 +173,9 @@ def judge_refs(self:Pipeline, use:str|None=None)->list:
 
 def judge_inputs(ref:ModelRef)->dict:
     "What a trained judge reads beyond frames and steps, from the `judge.json` `coda train judge` wrote beside its model ({} when none)"
-    info = Path(ref.path).parent/'judge.json' if ref.path else None
-    try: return {'a11y': True} if info and info.exists() and json.loads(info.read_text()).get('a11y') else {}
+    try: judge = TrainedModel.read(Path(ref.path).parent, 'judge') if ref.path else None
     except (OSError, ValueError): return {}
+    return {'a11y': True} if judge and judge.info.get('a11y') else {}
 
 @patch
 def make_judge(self:Pipeline, refs:Sequence, preset_name:str, name:str):
@@ -227,7 +227,7 @@ def rollout(self:Pipeline, planner:tuple, tasks:Sequence, run:Path, n:int, stage
 def judge_runs(self:Pipeline, runs:Sequence, judge)->dict:
     "Judge every episode of `runs` (resumable); a decision that could not be had fails the stage, and a rerun judges what is left"
     from coda.judge import judge_run
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     total = dict(judged=0, accepted=0, failed=0)
     for r in runs:
         c = run_sync(judge_run(r, judge, workers=self.cfg.judging.workers, progress=self.progress))
@@ -268,7 +268,7 @@ def write_args(self:Pipeline, path:Path, args:dict)->Path:
 @patch
 def steps(self:Pipeline)->list:
     "Every stage in order (each skipped when done before, or only planned in a dry run); returns the plan"
-    from coda.serve import load_object
+    from coda.plugins import load_object
     if self.cfg.prepare: load_object(self.cfg.prepare)(self)
     self.stage_tasks()
     self.stage_generate()
@@ -337,7 +337,7 @@ def stage_generate(self:Pipeline):
 def generate_tasks(self:Pipeline)->dict:
     "Generated tasks per app in tasks/generated (explored) and tasks/heldout (evaluated only); the teacher's reports"
     from coda.taskgen import generate_app_tasks, save_tasks, opening_screen
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     g, out, info = self.cfg.generate, self.root/'tasks', dict(generated={}, heldout={}, reports={})
     chat = self.servers.chat(self.cfg.models.teacher, 'teacher', 4)
     avoid = self.tasks('test') + [t for src in g.avoid for t in self.load(src)]
@@ -376,6 +376,7 @@ def stage_explore(self:Pipeline, name:str, row:str, runs:dict, extra:Sequence=()
                       checker_judged=sum(checker_judgments(r) for r in folders),
                       checker_passed=sum((r.get('score') or 0) >= 1 and r.get('status') == 'done' for r in recs))
 
+# %% ../nbs/17_pipeline.ipynb #81c617f1
 def _prf(yt:list, yp:list)->dict:
     "tp, fp, fn, tn, n/a, precision and recall of judge labels against the checkers' (ARB's semantics), rates rounded"
     from coda.metrics import judge_prf
@@ -414,6 +415,7 @@ def step_scores(runs:Sequence,                  # judged runs whose episodes the
     return {k: {'all': _step_score(*map(sum, zip(*g.values()))) if g else _step_score(0, 0, 0), 'per_app': {a: _step_score(*v) for a, v in g.items()}}
             for k, g in got.items()}
 
+# %% ../nbs/17_pipeline.ipynb #b8083466
 SELECT_BETA = {'precision': 0.0, 'f0.5': 0.5, 'f1': 1.0}   # judging.select -> beta of the F-score (0: precision alone)
 
 def f_beta(p:float, r:float, beta:float)->float:
@@ -441,6 +443,7 @@ def choose_positives(scores:dict,   # policy -> step_scores' overall counts and 
     best = max(scores, key=lambda k: (score(k), -list(scores).index(k)))
     return best, ', '.join(f"{k} {score(k):.3f} (P {m['precision']:.3f}, R {m['recall']:.3f}, {m['tp'] + m['fp']} steps)" for k, m in scores.items())
 
+# %% ../nbs/17_pipeline.ipynb #874e27de
 def copy_judgments(run:Path|str, src:str, dst:str)->int:
     "File judge `src`'s judgments of `run` again under `dst` where `dst` has none (the same decisions, not judged twice); how many"
     from dataclasses import replace
@@ -492,10 +495,10 @@ def stage_judge(self:Pipeline, name:str, runs:Sequence):
             s.info.update(self.judge_runs(runs, self.make_judge(refs, preset_name, JUDGED)), judges=[n for n, _ in refs], copied=copied,
                           row=sel[2] if sel else None, runs=[str(r) for r in runs], vs_checker=judge_vs_checker(runs, JUDGED))
 
+# %% ../nbs/17_pipeline.ipynb #c729d87d
 def _judge_model(out:Path)->Path:
     "The servable model folder `coda train judge` made in `out`"
-    info = Path(out)/'judge.json'
-    return Path(json.loads(info.read_text())['model']) if info.exists() else Path(out)
+    return judge.model if (judge := TrainedModel.read(out, 'judge')) else Path(out)
 
 @patch
 def stage_judge_train(self:Pipeline):
@@ -532,9 +535,7 @@ def servable(folder:Path, base:str='')->Path:
 def grpo_summary(out:Path)->dict:
     "Steps, first and last mean reward and step success (completions whose executor action was the labelled one) from a GRPO log"
     import pandas as pd
-    p = Path(out)/'log.csv'
-    if not p.exists(): return {}
-    d = pd.read_csv(p)
+    if (d := TrainedModel(out, 'grpo').log()) is None: return {}
     d = d[d['reward'].notna()] if 'reward' in d else d.iloc[:0]
     pick = lambda c, i: round(float(d[c].iloc[i]), 3) if c in d and len(d) and pd.notna(d[c].iloc[i]) else None
     return dict(steps=int(d['step'].max()) if len(d) else 0, reward_first=pick('reward', 0), reward_last=pick('reward', -1),
@@ -542,8 +543,8 @@ def grpo_summary(out:Path)->dict:
 
 def sft_summary(out:Path)->dict:
     "Rows, steps and training loss of an SFT stage"
-    p = Path(out)/'sft.json'
-    return {k: v for k, v in json.loads(p.read_text()).items() if k in ('rows', 'replay_rows', 'steps', 'train_loss')} if p.exists() else {}
+    sft = TrainedModel.read(out, 'sft')
+    return {k: v for k, v in sft.info.items() if k in ('rows', 'replay_rows', 'steps', 'train_loss')} if sft else {}
 
 # %% ../nbs/17_pipeline.ipynb #a4129c92
 @patch

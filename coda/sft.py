@@ -8,14 +8,15 @@ __all__ = ['log', 'SFT_LAST_TURN_TEMPLATE', 'TEXT_ATTENTION', 'SFT_DEFAULTS', 'L
            'merge_lora', 'add_sft_args', 'sft_options', 'run_sft_command']
 
 # %% ../nbs/15_sft.ipynb #7dea0f8b
-import hashlib, io, json, logging, time
+import hashlib, io, logging, time
 from pathlib import Path
 from typing import Sequence
 from PIL import Image
 from .store import RunStore, judgments, ended_in_error
-from .files import atomic_write
+from .files import atomic_write, TrainedModel
 from .records import replay, to_trl_prompt, image_parts
-from .launch import freeze_vision_tower, first_process
+from .models import freeze_vision_tower
+from .procs import first_process
 log = logging.getLogger(__name__)
 
 # %% ../nbs/15_sft.ipynb #c6169909
@@ -144,7 +145,7 @@ def sft_chat_template(template:str|None, # the processor's chat template
                       loss_on:str='last', # 'last': the last assistant turn; 'assistant': every assistant turn (TRL's own)
                      )->str|None: # the template to train with (None: leave it to TRL)
     "The chat template that puts the SFT loss on the last assistant turn (Qwen2(.5)-VL templates)"
-    from coda.models import QWEN25VL_CHAT_TEMPLATE
+    from coda.tiny import QWEN25VL_CHAT_TEMPLATE
     if loss_on == 'assistant': return None
     if loss_on != 'last': raise ValueError(f"loss_on must be 'last' or 'assistant', not {loss_on!r}")
     if (template or '').strip() != QWEN25VL_CHAT_TEMPLATE.strip():
@@ -240,7 +241,7 @@ def train_sft(dataset,                  # rows with `messages` and `images` (bui
                    train_loss=res.training_loss, seconds=round(time.time() - t0, 1), processes=tr.args.world_size,
                    apps=sorted(set(dataset['app'])) if 'app' in dataset.column_names else None,
                    settings={k: v for k, v in kw.items() if isinstance(v, (int, float, str, bool, type(None)))}) | (info or {})
-        atomic_write(out/'sft.json', json.dumps(rec, indent=1, default=str).encode(), root=out)
+        TrainedModel(out, 'sft', rec).write()
     tr.accelerator.wait_for_everyone()
     return out
 
@@ -277,7 +278,7 @@ def add_sft_args(p):
     p.add_argument('--config', help='YAML of these settings (keys as the flags, with _), e.g. the pipeline\'s stage files; flags win')
     p.add_argument('--replay', nargs='+', help="runs whose checker-passed episodes are trained on again beside the new rows")
     p.add_argument('--replay-judge', help="the judgments of the replayed runs (default checker)")
-    p.add_argument('--codec', help='dotted name of the text codec the planner reads and writes through (coda.serve.load_codec)')
+    p.add_argument('--codec', help='dotted name of the text codec the planner reads and writes through (coda.plugins.load_codec)')
     p.add_argument('--apps', nargs='+', help='only these apps')
     p.add_argument('--positive-prefixes', action='store_true', default=None, help="also the judge's positive steps of unclean trajectories")
     p.add_argument('--max-steps', type=int, help='optimizer steps (default: --epochs over the dataset)')
@@ -317,7 +318,7 @@ def run_sft_command(a)->Path:
     if not rows: raise SystemExit(f"no clean successes judged by {a.judge!r} in {', '.join(map(str, a.runs))}: nothing to train on")
     old = sft_examples(o['replay'], o['replay_judge'])[0] if o['replay'] else []
     if o['codec']:
-        from coda.serve import load_codec
+        from coda.plugins import load_codec
         codec = load_codec(o['codec'])
         rows = [{**r, 'messages': codec.encode(r['messages'])} for r in rows + old]
     else: rows = rows + old
@@ -327,7 +328,7 @@ def run_sft_command(a)->Path:
                     checkpointing=o['checkpointing'], max_length=o['max_length'], cpu=True if o['cpu'] else None,
                     info=dict(replay_rows=len(old), codec=o['codec'], per_app=counts['rows'].drop('total', errors='ignore').to_dict()))
     if main:
-        info = json.loads((out/'sft.json').read_text())
+        info = TrainedModel.read(out, 'sft').info
         print(f"{info['rows']} rows ({len(old)} replayed), {info['steps']} steps, train loss {info['train_loss']:.4f}, {info['seconds']} s")
         print(f"{'adapter' if not o['no_lora'] else 'model'} + processor: {out}\nlog: {out/'log_history.csv'}")
         if o['merge'] and not o['no_lora']: print(f"merged model: {merge_lora(out, out/'merged')}")

@@ -4,15 +4,16 @@
 
 # %% auto #0
 __all__ = ['NO_LABELS', 'safe_name', 'dumps', 'off_loop', 'EpisodeWriter', 'short_repr', 'read_dict', 'read_jsonl', 'RunMismatch',
-           'read_episode', 'RunStore', 'ended_in_error', 'judgment_path', 'file_judgment', 'read_judgments',
-           'judgments', 'judge_names', 'as_text']
+           'read_episode', 'RunStore', 'write_scripted_episode', 'ended_in_error', 'judgment_path', 'file_judgment',
+           'read_judgments', 'judgments', 'judge_names', 'as_text']
 
 # %% ../nbs/08_store.ipynb #03be7d09
 import asyncio, concurrent.futures, json, math, os, re, shutil, threading, time, hashlib, warnings
 from pathlib import Path
 from typing import Iterator
-from .actions import clean_text
-from .records import Step, Episode, Judgment
+from .actions import clean_text, parse_action, model_frame
+from .prompts import split_planner
+from .records import Step, Episode, Judgment, Labels
 from .files import UnsafePath, inside, within, safe_target, atomic_write, open_append, read_file
 
 # %% ../nbs/08_store.ipynb #4ed4a2e1
@@ -313,6 +314,28 @@ class RunStore:
         "The (app, task, sample) keys of finished episodes that ended in an error or a timeout (`ended_in_error`)"
         return [e.key for e in self.episodes(finished_only=True) if ended_in_error(e.result)]
 
+# %% ../nbs/08_store.ipynb #f52061b3
+def write_scripted_episode(run:Path|str,       # the run folder
+                           task,                # the task: its app, id, instruction and step budget go in meta.json
+                           replies:list,        # per step (planner reply, executor reply); executor None: the planner's own action runs
+                           env,                 # the environment the actions run in (reset with `task` here), whose screenshots are stored
+                           sample:int=0,        # the episode's sample number
+                           stop:str|None='ANS', # the stop code the result records (None: none)
+                           screen:tuple=(1280, 800), # the screen: the executor's replies are in its model frame
+                          )->Path: # the episode's folder
+    "An episode folder as the agent writes one, from replies given in advance: each step's actions run in `env`, its screenshot stored"
+    obs = env.reset(task)
+    w = RunStore(run).start(task.app, task.id, sample, {'instruction': task.instruction, 'steps': task.steps})
+    for i, (pl, ex) in enumerate(replies):
+        th, pa = split_planner(pl)
+        acts = parse_action(ex, frame=model_frame(screen), screen=screen) if ex else parse_action(pa)
+        w.add_step(dict(step=i, planner=pl, thought=th, planner_action=pa, executor=ex, kind='act', actions=[a.to_dict() for a in acts]), obs.png())
+        obs = env.step(acts)
+    w.add_final(obs.png())
+    w.finish({'app': task.app, 'task': task.id, 'sample': sample, **({'stop': stop} if stop else {}), 'status': 'done',
+              'score': env.evaluate(), 'steps': len(replies)})
+    return w.path
+
 # %% ../nbs/08_store.ipynb #6fb89ca3
 def ended_in_error(result:dict|None, # an episode's result (`result.json`); None: unfinished
                   )->bool:
@@ -334,7 +357,7 @@ def file_judgment(run:Path|str, j:Judgment, fsync:bool=True)->Path:
     return atomic_write(judgment_path(run, j.judge, j.key), dumps(j.to_dict(), indent=1), fsync, Path(run))
 
 # %% ../nbs/08_store.ipynb #49ff14be
-NO_LABELS = dict(positives=[], negative=None, clean_success=False)   # what a judgment filed without step labels teaches: nothing
+NO_LABELS = Labels().to_dict()   # what a judgment filed without step labels teaches: nothing
 
 def _judgment_ok(d:dict)->bool:
     "Whether a filed judgment has the fields its readers use, of the right types (step labels optional: older files lack them)"

@@ -454,7 +454,7 @@ def _app_sets(a, app:str)->tuple:
 # %% ../nbs/12_taskgen.ipynb #639ecafa
 def run_generate_command(a)->dict:
     "Run `coda generate` from parsed arguments: per app, the teacher's tasks into --out; prints each report and where the files went"
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     from coda.config import get_settings
     from coda.models import OpenAIChat
     for x in [*(a.seeds or []), *a.avoid]:

@@ -6,7 +6,8 @@
 __all__ = ['STOPS', 'STOP_ITEMS', 'NO_CHECKS', 'MAX_BUDGET', 'MAX_INSTRUCTION', 'MAX_ITEMS', 'MAX_NAME', 'MAX_FILE',
            'MAX_NESTING', 'MAX_DIGITS', 'MAX_SRC', 'MAX_AST', 'TRANSLATORS', 'CODA_APPS', 'run_checks', 'TaskError',
            'Task', 'load_task', 'load_tasks', 'Untranslatable', 'translate_lambda', 'point_key', 'gcmd_key',
-           'translate_item', 'translate_task', 'native_support', 'scienceboard_tasks', 'scienceboard_report']
+           'translate_item', 'translate_task', 'native_support', 'task_file_table', 'scienceboard_tasks',
+           'scienceboard_report']
 
 # %% ../nbs/06_tasks.ipynb #2085a2ac
 import ast, copy, json, math, os, re, stat
@@ -603,27 +604,39 @@ def native_support(task:Task, # a ScienceBoard task (or one in its format)
                        "coda.envs.grass runs GIS tasks of the same kinds on a synthetic location instead")
     return False, f"no native environment for {task.app}"
 
+# %% ../nbs/06_tasks.ipynb #d64421dd
+def task_file_table(root:Path|str,  # a folder of task files, one sub-folder per app (ScienceBoard's tasks/VM)
+                    apps:tuple,     # the apps (sub-folders) to read, in this order
+                    describe,       # a loaded task -> the row's other columns (a dict)
+                    unloaded,       # the `TaskError` of a file that does not load (or that `describe` raises) -> the row's other columns
+                    columns:list,   # the names of those other columns
+                   ): # a pandas DataFrame, one row per task file: app, id (the file's name), then `columns`
+    "One row per task file of `apps` under `root`, sorted by name within each app: what `describe` says of the task, or `unloaded` of its error"
+    import pandas as pd
+    rows = []
+    for app in apps:
+        for f in sorted(Path(root, app).glob('*.json')):
+            try: more = describe(load_task(f))
+            except TaskError as e: more = unloaded(e)
+            rows.append(dict(app=app, id=f.stem, **more))
+    return pd.DataFrame(rows, columns=['app', 'id', *columns])
+
 # %% ../nbs/06_tasks.ipynb #2c5def72
 CODA_APPS = ('KAlgebra', 'ChimeraX', 'GrassGIS', 'Celestia')
+_NOT_LOADED = dict(loaded=False, items=0, translated=0, full=False, native=False, native_why='', untranslated='', error='')
+
+def _scienceboard_row(t:Task)->dict:
+    "What `scienceboard_tasks` says of a loaded task"
+    _, why = translate_task(t)
+    ok, native_why = native_support(t)
+    return {**_NOT_LOADED, 'loaded': True, 'items': len(t.evaluate), 'translated': len(t.evaluate) - len(why),
+            'full': not why, 'native': ok, 'native_why': native_why, 'untranslated': '; '.join(why)}
 
 def scienceboard_tasks(root:Path|str=SHARED/'data'/'scienceboard'/'tasks',  # ScienceBoard's tasks/VM folder (one folder per app)
                        apps:tuple=CODA_APPS,                                # the apps to read
                       ): # a pandas DataFrame, one row per task file
     "Per task: loaded?, evaluate items, items translated, fully translated?, natively runnable?, and the reasons"
-    import pandas as pd
-    rows = []
-    for app in apps:
-        for f in sorted(Path(root, app).glob('*.json')):
-            row = dict(app=app, id=f.stem, loaded=False, items=0, translated=0, full=False, native=False, native_why='', untranslated='', error='')
-            try: t = load_task(f)
-            except TaskError as e:
-                rows.append({**row, 'error': str(e)})
-                continue
-            _, why = translate_task(t)
-            ok, native_why = native_support(t)
-            rows.append({**row, 'loaded': True, 'items': len(t.evaluate), 'translated': len(t.evaluate) - len(why),
-                         'full': not why, 'native': ok, 'native_why': native_why, 'untranslated': '; '.join(why)})
-    return pd.DataFrame(rows, columns=['app', 'id', 'loaded', 'items', 'translated', 'full', 'native', 'native_why', 'untranslated', 'error'])
+    return task_file_table(root, apps, _scienceboard_row, lambda e: {**_NOT_LOADED, 'error': str(e)}, list(_NOT_LOADED))
 
 def scienceboard_report(root:Path|str=SHARED/'data'/'scienceboard'/'tasks',  # ScienceBoard's tasks/VM folder
                         apps:tuple=CODA_APPS,                                # the apps to report

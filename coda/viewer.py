@@ -129,7 +129,7 @@ def _shot(p:Path|None, out:Path, marks:str='', alt:str='')->str:
 # %% ../nbs/08b_viewer.ipynb #32becbd2
 def _first_error(j:Judgment|None)->int|None:
     "The 0-based step a judgment labels as the first error (its labels' `negative`), if any"
-    neg = j.labels.get('negative') if j else None
+    neg = j.labels.negative if j else None
     return neg if isinstance(neg, int) and not isinstance(neg, bool) else None
 
 def _judges_line(js:dict)->str:

@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # agent_fixtures, uitars_ref
 
 @pytest.fixture(scope='session')
 def tiny(tmp_path_factory):
-    from coda.models import build_tiny_qwen25vl
+    from coda.tiny import build_tiny_qwen25vl
     return build_tiny_qwen25vl(tmp_path_factory.mktemp('models')/'tiny-qwen25vl')
 
 @pytest.fixture(scope='session')

@@ -4,7 +4,8 @@ import asyncio, json, os, random, signal, subprocess, sys, time
 from pathlib import Path
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
 from coda.actions import Action
-from coda.agent import Agent, AgentConfig, osworld_actions, run_sync
+from coda.agent import Agent, AgentConfig, osworld_actions
+from coda.aio import run_sync
 from coda.models import OpenAIChat
 from coda.store import RunStore
 from coda.export import steps_dataset

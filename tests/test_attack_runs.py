@@ -121,7 +121,7 @@ WRITES = {   # the file a link is planted at (relative to the run folder), and w
     'final.png':           ('episodes/Counter/C-00/0/final.png', None),
     'result.json':         ('episodes/Counter/C-00/0/result.json', None),
     'judgment':            ('judgments/judge/Counter/C-00/0.json',
-                            lambda run: file_judgment(run, Judgment(('Counter', 'C-00', 0), 'judge', True, 1), fsync=False)),
+                            lambda run: file_judgment(run, Judgment(key=('Counter', 'C-00', 0), judge='judge', accepted=True, label=1), fsync=False)),
     'viewer.html':         ('viewer.html', to_html),
     'metrics.md':          ('metrics.md', _evaluate),
     'metrics.csv':         ('metrics.csv', _evaluate),
@@ -151,7 +151,7 @@ def test_a_folder_that_leads_out_of_the_run_is_refused(tmp_path):
     mine, run = outside(tmp_path), tmp_path/'run'
     store = RunStore(run, {}, fsync=False)
     plant(run/'judgments'/'judge', mine.parent)                     # a judge's folder that is a link to the user's folder
-    with pytest.raises(UnsafePath, match='outside the run folder'): file_judgment(run, Judgment(('Counter', 'C-00', 0), 'judge', True, 1))
+    with pytest.raises(UnsafePath, match='outside the run folder'): file_judgment(run, Judgment(key=('Counter', 'C-00', 0), judge='judge', accepted=True, label=1))
     plant(run/'episodes'/'Counter', mine.parent)
     with pytest.raises(UnsafePath, match='outside the run folder'): store.start('Counter', 'C-00', 0)
     assert sorted(p.name for p in mine.parent.iterdir()) == ['mine.txt'] and mine.read_text() == MINE

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import httpx, psutil, pytest
 from fuzz import fuzz, nasty_text, rng
 from needs import need_programs
-from coda.models import free_port
+from coda.procs import free_port
 from coda.serve import LocalServer
 
 HERE = Path(__file__).parent

@@ -99,7 +99,8 @@ def test_agent_records_a_crash_mid_episode_as_an_error(tmp_path):
     "The real agent loop over HTTP; the app is killed after the first step: error result, score 0, nothing left"
     sys.path.insert(0, str(Path(__file__).parent))
     from agent_fixtures import ScriptedServer
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.models import OpenAIChat
     before = desktop_processes(owner=os.getpid())
     env = DesktopEnv()

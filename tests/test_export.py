@@ -10,7 +10,7 @@ import coda.export
 from needs import caught
 from coda.store import RunStore, file_judgment, judge_names, judgment_path, safe_name
 from coda.files import atomic_write
-from coda.records import Judgment
+from coda.records import Judgment, Labels
 from coda.export import steps_dataset, episodes_dataset, export_run, sft_dataset, grpo_dataset, run_fingerprint, SHARD, steps_features
 
 def png(w:int, h:int)->bytes:
@@ -31,8 +31,8 @@ def episode(st:RunStore, task:str, sample:int, sizes:list, score=1.0, final=(16,
     return st.episode_dir('Algebra', task, sample)
 
 def judge(run, name, key, accepted, positives, clean=None, verdict=None):
-    j = Judgment(tuple(key), name, accepted, int(accepted), [], dict(positives=positives, negative=None, clean_success=accepted if clean is None else clean),
-                 None, None, 'done', verdict=verdict)
+    labels = Labels(positives, None, accepted if clean is None else clean)
+    j = Judgment(key=tuple(key), judge=name, accepted=accepted, label=int(accepted), labels=labels, status='done', verdict=verdict)
     file_judgment(run, j, fsync=False)
 
 @pytest.fixture

@@ -145,7 +145,8 @@ def _solving_models(task):
 @pytest.mark.parametrize('obs,store,encodes', [('a11y', False, False), ('a11y', True, True), ('screenshot', False, True)])
 def test_an_agent_encodes_screenshots_only_for_whoever_reads_them(tmp_path, obs, store, encodes):
     "An accessibility-tree agent without a run folder sends no image anywhere: no frame is encoded"
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.envs.scidesk import SciDesk, scidesk_tasks
     from coda.store import EpisodeWriter
     t = next(t for t in scidesk_tasks(['Algebra']) if t.evaluate and t.evaluate[0].get('args'))

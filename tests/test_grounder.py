@@ -2,7 +2,8 @@
 oracle step's thought, the grounder turns it into UI-TARS actions, scidesk's checkers score the episodes."""
 import pytest
 from agent_fixtures import ScriptedServer
-from coda.agent import Agent, AgentConfig, run_sync
+from coda.agent import Agent, AgentConfig
+from coda.aio import run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.mini.grounder import A11yGrounder, step_thought
 from coda.models import OpenAIChat

@@ -8,35 +8,20 @@ import argparse, hashlib, json, os, re, socket, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
 from agent_fixtures import ScriptedServer
-from coda.actions import parse_action
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.grpo import (build_grpo_dataset, DecoupledReward, train_grpo, recording_trainer, reference_loss, load_planner,
                        encode_grpo_dataset, add_grpo_args, run_grpo_command)
-from coda.records import replay
-from coda.models import OpenAIChat, build_tiny_qwen25vl
-from coda.prompts import split_planner
-from coda.store import EpisodeWriter, judgment_path, read_episode
-from coda.files import atomic_write
+from coda.records import replay, Judgment, Labels
+from coda.models import OpenAIChat
+from coda.tiny import build_tiny_qwen25vl
+from coda.store import write_scripted_episode, file_judgment, read_episode
 
 os.environ.setdefault('TRL_EXPERIMENTAL_SILENCE', '1')
 
 def write_episode(root, task, replies, sample=0):
-    "An episode folder as the agent writes one: one step per (planner reply, executor reply) pair on scidesk"
-    env = SciDesk()
-    obs = env.reset(task)
-    w = EpisodeWriter(Path(root)/'episodes'/task.app/task.id/str(sample), {'app': task.app, 'task': task.id, 'sample': sample,
-                                                                         'instruction': task.instruction, 'steps': task.steps})
-    for i, (pl, ex) in enumerate(replies):
-        th, pa = split_planner(pl)
-        acts = parse_action(ex, frame=(1288, 812), screen=(1280, 800)) if ex else parse_action(pa)
-        w.add_step(dict(step=i, planner=pl, thought=th, planner_action=pa, executor=ex, kind='act', actions=[a.to_dict() for a in acts]), obs.png())
-        obs = env.step(acts)
-    w.add_final(obs.png())
-    w.finish({'app': task.app, 'task': task.id, 'sample': sample, 'status': 'done', 'score': env.evaluate(), 'steps': len(replies)})
-    p = judgment_path(root, 'j', (task.app, task.id, sample))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(p, json.dumps({'key': [task.app, task.id, sample], 'accepted': True, 'label': 1,
-                                 'labels': {'positives': list(range(len(replies))), 'negative': None, 'clean_success': True}}).encode())
+    "An episode folder as the agent writes one, one step per (planner reply, executor reply) pair on scidesk, judged a success by judge 'j'"
+    write_scripted_episode(root, task, replies, SciDesk(), sample, stop=None)
+    file_judgment(root, Judgment(key=(task.app, task.id, sample), judge='j', accepted=True, label=1, labels=Labels.success(len(replies))), fsync=False)
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
@@ -263,7 +248,7 @@ def test_run_grpo_command_with_a_yaml_flags_and_a_codec(run, planner, tmp_path, 
             '--app', 'Algebra', '--runs', str(run), '--judge', 'j', '--model', str(planner), '--out', str(tmp_path/'g'), '--config', str(cfg),
             '--executor-url', srv.url, '--executor-model', 'executor', '--num-generations', '2', '--max-steps', '1', '--lr', '1e-2',
             '--temperature', '0.7', '--top-p', '0.9', '--seed', '3', '--shuffle'])
-        a.codec = codec   # the Python API takes a codec object; `--codec` names one for coda.serve.load_codec
+        a.codec = codec   # the Python API takes a codec object; `--codec` names one for coda.plugins.load_codec
         tr = run_grpo_command(a)
         requests = list(srv.requests)
     out = capsys.readouterr().out

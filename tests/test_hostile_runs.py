@@ -6,7 +6,8 @@ from functools import partial
 from pathlib import Path
 import pytest
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
-from coda.agent import Agent, AgentConfig, run_sync
+from coda.agent import Agent, AgentConfig
+from coda.aio import run_sync
 from coda.models import OpenAIChat
 from coda.rollout import run_episodes
 from coda.store import RunStore, read_jsonl

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from agent_fixtures import ScriptedServer
-from coda.agent import Agent, AgentConfig, run_sync
+from coda.agent import Agent, AgentConfig
+from coda.aio import run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
-from coda.judge import Judge, Ensemble, Labels, parse_verdict, label_steps, load_trajectory, judge_run, judge_eval, judge_labels
+from coda.judge import Judge, Ensemble, parse_verdict, label_steps, load_trajectory, judge_run, judge_eval, judge_labels
 from coda.store import read_judgments, judgment_path
+from coda.records import Labels
 from coda.metrics import judge_prf
 from coda.models import OpenAIChat
 from coda.rollout import run_episodes
@@ -227,6 +229,9 @@ def test_judge_run_stores_labels_and_scores_with_arb_semantics(run, tmp_path):
     recs = {tuple(x['key'])[1]: x for x in read_judgments(r, 'j')}
     assert len(recs) == 6 and recs[ANS_TASKS[0].id]['labels'] == {'positives': [0], 'negative': None, 'clean_success': True}
     assert recs[ANS_TASKS[2].id]['labels'] == {'positives': [], 'negative': 0, 'clean_success': False}
+    filed = json.loads(judgment_path(r, 'j', ('Algebra', ANS_TASKS[2].id, 0)).read_text())   # the keys in the order they were always filed in
+    assert list(filed) == ['key', 'judge', 'accepted', 'label', 'votes', 'verdict', 'labels', 'n_steps', 'score', 'status']
+    assert list(filed['labels']) == ['positives', 'negative', 'clean_success'] and filed['verdict'] == filed['votes'][0]['verdict']
     y_true, y_pred = judge_labels(r, 'j')
     truth = {t.id: int(i % 2 == 0) for i, t in enumerate(ANS_TASKS)}
     assert sorted(zip(y_true, y_pred)) == sorted((truth[t.id], [1, 1, 0, 0, 0, 0][i]) for i, t in enumerate(ANS_TASKS))

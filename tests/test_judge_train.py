@@ -2,13 +2,13 @@
 AgentRewardBench's layout; a rank-8 LoRA judge on the tiny Qwen2.5-VL, merged, served by LocalChat to
 coda.judge.Judge; `coda train judge` through argparse; and the same training under `accelerate launch` with two
 CPU processes."""
-from coda.models import free_port
+from coda.procs import free_port
 import argparse, io, json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 from PIL import Image
 
-from coda.agent import run_sync
+from coda.aio import run_sync
 from coda.envs.scidesk import scidesk_tasks
 from coda.judge import Judge, arb_annotations, checker_judgments, load_trajectory, parse_verdict, preset
 from coda.store import judgment_path
@@ -126,7 +126,7 @@ def test_run_judge_command_from_argparse(mixed, tiny, tmp_path):
                                             '--frames', '2', '--cpu']))
     assert full == tmp_path/'full'/'model' and json.loads((tmp_path/'full'/'judge.json').read_text())['lora'] is False
     slots = run_judge_command(ap.parse_args(['--runs', str(mixed), '--base', str(tiny), '--out', str(tmp_path/'slots'), '--steps', '1', '--frames', '2',
-                                             '--codec', 'coda.mini.slots.SlotCodec', '--cpu']))   # loaded by coda.serve.load_codec
+                                             '--codec', 'coda.mini.slots.SlotCodec', '--cpu']))   # loaded by coda.plugins.load_codec
     assert json.loads((slots.parent/'judge.json').read_text())['codec'] == 'coda.mini.slots.SlotCodec'
     with pytest.raises(SystemExit, match='nothing to train on'): run_judge_command(ap.parse_args(['--base', str(tiny), '--out', str(tmp_path/'x')]))
     with pytest.raises(SystemExit): ap.parse_args(['--base', 'b', '--out', 'o', '--arb-split', 'test'])

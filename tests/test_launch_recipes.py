@@ -152,7 +152,7 @@ def test_generation_server_starts_as_the_plan_says(tmp_path, monkeypatch):
     "Stage 1's `trl vllm-serve` (a stand-in executable: vLLM is GPU-only) is started beside `serving.vllm` on GPUs from the pool, waited for, and stopped"
     from coda.launch import Servers
     from coda.pipeconfig import Serving
-    from coda.envs.vmclient import free_port
+    from coda.procs import free_port
     trl = tmp_path/'bin'/'trl'
     trl.parent.mkdir()
     trl.write_text(STAND_IN_TRL.format(python=sys.executable))

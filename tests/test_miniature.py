@@ -25,7 +25,7 @@ def test_every_oracle_through_the_agent(tmp_path):
     print(f"155 demonstrations in {time.perf_counter() - t0:.1f} s")
 
 def test_oracle_planner_unknown_task_gives_up():
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     r = run_sync(OraclePlanner([]).chat([{'role': 'system', 'content': '## User Instruction\nDo something else.'}]))
     assert r.text.endswith('FAIL')
 
@@ -34,7 +34,7 @@ def test_seed_demonstrations_bootstrap_a_planner_with_coda_train_sft(tiny, tmp_p
     import subprocess, sys
     from pathlib import Path
     from coda.models import LocalChat
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     from coda.records import replay
     record_demonstrations(scidesk_tasks(split='seed'), tmp_path/'demos')
     checker_judgments(tmp_path/'demos')

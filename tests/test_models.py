@@ -9,8 +9,9 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from PIL import Image
 from coda.config import get_settings
-from coda.models import (LocalChat, ModelError, OpenAIChat, Reply, ChatBackend, build_tiny_qwen25vl, image_part,
+from coda.models import (LocalChat, ModelError, OpenAIChat, Reply, ChatBackend, image_part,
                          preflight, preflight_sync, serve_transformers, to_openai_messages)
+from coda.tiny import build_tiny_qwen25vl
 from agent_fixtures import ScriptedServer, Server, send_once
 
 from agent_fixtures import IMG_TOKENS, SHOT, TEXT, IMAGE, PREFIX, CONT   # the chat requests both model tests send
@@ -197,7 +198,7 @@ def test_a_loop_closed_without_a_shutdown_is_forgotten():
         assert len(llm._sessions) == 1                              # ... but only the last loop's, not one per loop
 
 def test_loop_thread_keeps_one_session_and_closes_it():
-    from coda.models import LoopThread
+    from coda.aio import LoopThread
     with ScriptedServer(lambda body: 'ok') as s:
         llm = OpenAIChat(s.url, 'm', max_concurrency=4)
         lt = LoopThread()
@@ -214,7 +215,7 @@ def test_loop_thread_keeps_one_session_and_closes_it():
 
 def test_ctrl_c_while_waiting_on_the_loop_thread_cancels_the_coroutine():
     import signal
-    from coda.models import LoopThread
+    from coda.aio import LoopThread
     cancelled = threading.Event()
     async def long():
         try: await asyncio.sleep(30)
@@ -231,7 +232,7 @@ def test_ctrl_c_while_waiting_on_the_loop_thread_cancels_the_coroutine():
     finally: signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
 
 def test_background_loop_is_one_per_process_and_started_again_after_close():
-    from coda.models import background_loop
+    from coda.aio import background_loop
     a = background_loop()
     assert background_loop() is a and a.thread.daemon and background_loop(start=False) is a
     async def where(): return threading.current_thread().name
@@ -524,7 +525,7 @@ def test_two_local_models_sampling_at_once_give_each_seeds_reply(tiny):
     a, b = LocalChat(tiny), LocalChat(tiny)
     calls = [(m, s) for s in range(6) for m in (a, b)]
     kw = dict(temperature=1.0, max_tokens=24)
-    from coda.agent import run_sync
+    from coda.aio import run_sync
     alone = [run_sync(m.chat(TEXT, seed=s, **kw)).text for m, s in calls]
     async def together(): return await asyncio.gather(*(m.chat(TEXT, seed=s, **kw) for m, s in calls))
     for _ in range(3): assert [r.text for r in run_sync(together())] == alone

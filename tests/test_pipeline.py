@@ -141,7 +141,7 @@ def test_paper_config_runs_on_scienceboards_server_with_tiny_models_in_its_place
     instead of vLLM, two CPU processes instead of DeepSpeed, no judge training (no labelled trajectories here), small sizes, and for the
     VMs ScienceBoard's real in-VM server on this machine (provider local) with Debian's KAlgebra for ScienceBoard's fork"""
     from needs import need_programs
-    from coda.envs.vmclient import free_port
+    from coda.procs import free_port
     from coda.paths import SHARED
     need_programs('Xvfb', 'xdotool', 'openbox', 'scrot', 'kalgebra')
     run, port = tmp_path/'paper', free_port()

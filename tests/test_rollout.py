@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from needs import need_programs
 from agent_fixtures import ScriptedServer
-from coda.agent import Agent, AgentConfig, run_sync
+from coda.agent import Agent, AgentConfig
+from coda.aio import run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.models import OpenAIChat
 from coda.rollout import run_episodes, RayEnvFactory, EnvWorkerDied

@@ -8,8 +8,10 @@ Replies of the random model are noise: the tests assert on protocol, shapes and 
 import asyncio, json, os, socket, subprocess, sys, time
 from pathlib import Path
 import httpx, pytest
-from coda.models import ModelError, OpenAIChat, free_port, image_part
-from coda.serve import TOKEN_ENV, LocalServer, add_serve_local_args, allowed_names, check_spec, load_backend, load_object, parse_model_arg
+from coda.models import ModelError, OpenAIChat, image_part
+from coda.procs import free_port
+from coda.serve import TOKEN_ENV, LocalServer, add_serve_local_args, allowed_names, check_spec, load_backend, parse_model_arg
+from coda.plugins import load_object
 from serve_fixtures import UpperCodec
 
 HERE = Path(__file__).parent

@@ -5,11 +5,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from coda.store import EpisodeWriter, RunStore, judgment_path
-from coda.files import atomic_write
+from coda.store import RunStore, file_judgment, write_scripted_episode
+from coda.records import Judgment, Labels
 from coda.envs.scidesk import SciDesk, scidesk_tasks
-from coda.actions import parse_action
-from coda.prompts import split_planner
 from coda.sft import sft_examples, build_sft_dataset, sft_trainer, train_sft, merge_lora, add_sft_args, run_sft_command
 
 ALG_OK = [("Thought: Click the expression field at the bottom.\nAction: click(start_box='(458,758)')", "click(start_box='<|box_start|>(458,758)<|box_end|>')"),
@@ -21,27 +19,9 @@ BIO_OK = [("Thought: Open the File menu.\nAction: click(start_box='(20,12)')", "
           ("Thought: The structure is loaded.\nAction: ```ANS done```", None)]
 
 
-def _episode(run, task, replies, sample):
-    "An episode folder as the agent writes one (cf. nbs/14_grpo's demo_episode), screenshots from scidesk"
-    env = SciDesk()
-    obs = env.reset(task)
-    w = EpisodeWriter(RunStore(run).episode_dir(task.app, task.id, sample),
-                      {'app': task.app, 'task': task.id, 'sample': sample, 'instruction': task.instruction, 'steps': task.steps})
-    for i, (pl, ex) in enumerate(replies):
-        th, pa = split_planner(pl)
-        acts = parse_action(ex, frame=(1288, 812), screen=(1280, 800)) if ex else parse_action(pa)
-        w.add_step(dict(step=i, planner=pl, thought=th, planner_action=pa, executor=ex, kind='act', actions=[a.to_dict() for a in acts]), obs.png())
-        obs = env.step(acts)
-    w.add_final(obs.png())
-    w.finish({'app': task.app, 'task': task.id, 'sample': sample, 'stop': 'ANS', 'status': 'done', 'score': env.evaluate(), 'steps': len(replies)})
-
-
 def _judgment(run, key, n_steps, clean, positives=(), negative=None, name='coda'):
-    labels = dict(positives=list(range(n_steps)) if clean else list(positives), negative=negative, clean_success=clean)
-    rec = dict(key=list(key), judge=name, accepted=clean, label=int(clean), votes=[], verdict=None, labels=labels, n_steps=n_steps, score=None, status='done')
-    p = judgment_path(run, name, key)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(p, json.dumps(rec).encode())
+    labels = Labels.success(n_steps) if clean else Labels(list(positives), negative)
+    file_judgment(run, Judgment(key=key, judge=name, accepted=clean, label=int(clean), labels=labels, n_steps=n_steps, status='done'), fsync=False)
 
 
 @pytest.fixture(scope='module')
@@ -51,11 +31,11 @@ def runs(tmp_path_factory):
     alg, bio = root/'spec-algebra', root/'spec-biochem'
     a01 = next(t for t in scidesk_tasks(['Algebra']) if t.id == 'A-01')
     b01 = next(t for t in scidesk_tasks(['Biochem']) if t.id == 'A-01')
-    for s, rep in enumerate([ALG_OK, ALG_OK, ALG_BAD]): _episode(alg, a01, rep, s)
+    for s, rep in enumerate([ALG_OK, ALG_OK, ALG_BAD]): write_scripted_episode(alg, a01, rep, SciDesk(), s)
     _judgment(alg, ('Algebra', 'A-01', 0), 3, True)
     _judgment(alg, ('Algebra', 'A-01', 1), 3, True)
     _judgment(alg, ('Algebra', 'A-01', 2), 3, False, positives=[0], negative=1)
-    for s in range(2): _episode(bio, b01, BIO_OK, s)
+    for s in range(2): write_scripted_episode(bio, b01, BIO_OK, SciDesk(), s)
     _judgment(bio, ('Biochem', 'A-01', 0), 2, True)
     _judgment(bio, ('Biochem', 'A-01', 1), 2, False, positives=[0, 1])
     return alg, bio
@@ -105,8 +85,9 @@ def test_episodes_that_ended_in_an_error_are_refused_whatever_the_judgment(runs,
 def test_lora_step_last_reply_loss_merge_localchat(runs, tiny, tmp_path):
     import torch
     from safetensors.torch import load_file
-    from coda.models import LocalChat, QWEN25VL_CHAT_TEMPLATE
-    from coda.agent import run_sync
+    from coda.models import LocalChat
+    from coda.tiny import QWEN25VL_CHAT_TEMPLATE
+    from coda.aio import run_sync
     from coda.records import replay
     alg, bio = runs
     ds, _ = build_sft_dataset([alg, bio], 'coda')

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from agent_fixtures import CounterEnv, ScriptedServer, Task, counting_policy
 from needs import caught
-from coda.agent import Agent, AgentConfig, run_sync
+from coda.agent import Agent, AgentConfig
+from coda.aio import run_sync
 from coda.envs.scidesk import SciDesk, scidesk_tasks
 from coda.models import OpenAIChat
 from coda.rollout import run_episodes
@@ -330,3 +331,42 @@ def test_a_killed_run_loses_at_most_the_steps_in_flight(tmp_path):
     assert steps[:4] == [0, 1, 2, 3] and len(steps) <= 5, steps
     for i in range(4): Image.open(d/f'step_{i:03d}.png').verify()               # whole pictures
     assert not (d/'result.json').exists()
+
+# ------------------------------------------------------------------ judgments: the bytes on file
+VERDICT = dict(correct=False, redundant=[], optimized=False, first_error=2, error_type='typed into the wrong field', correct_action='', parsed=True, error='')
+# what coda filed before step labels were a record (made by its code at aa8eeed): a checker's judgment and a judge's
+FILED_CHECKER = dict(key=['Algebra', 'A-01', 0], judge='checker', accepted=True, label=1, votes=[],
+                     labels=dict(positives=[0, 1], negative=None, clean_success=True), n_steps=2, score=1.0, status='done')
+FILED_JUDGE = dict(key=['Algebra', 'A-01', 1], judge='single', accepted=False, label=0,
+                   votes=[dict(temperature=0.0, top_p=None, resolution=None, crop=None, reply='r', verdict=VERDICT, seconds=0.5)], verdict=VERDICT,
+                   labels=dict(positives=[0], negative=1, clean_success=False), n_steps=3, score=0.0, status='done')
+
+def filed_bytes(d:dict)->bytes: return json.dumps(d, indent=1).encode()
+
+def test_judgments_are_filed_as_before_and_filed_again_byte_for_byte(tmp_path):
+    "The checkers' and a judge's judgments are the same bytes as before Labels; an old run's files, read and filed again, are unchanged"
+    from coda.judge import checker_judgments, parse_verdict, label_steps
+    from coda.records import Judgment
+    from coda.store import file_judgment, judgment_path
+    from coda.pipeline import copy_judgments
+    run = tmp_path/'run'
+    store = RunStore(run, {}, fsync=False)
+    w = store.start('Algebra', 'A-01', 0, {'instruction': 'do A-01'})
+    for i in range(2): w.add_step({'step': i, 'thought': 'Thought: go on', 'actions': []}, b'\x89PNG')
+    w.finish(dict(DONE, steps=2))
+    assert checker_judgments(run) == 1
+    assert judgment_path(run, 'checker', ('Algebra', 'A-01', 0)).read_bytes() == filed_bytes(FILED_CHECKER)
+    reply = ('<res_dict>{"Correctness": False, "Redundant": [], "Optimized": False, "First_Error_Step": 2, "Error_Type": "typed into the wrong field", '
+             '"Correct_Action": ""}</res_dict>')
+    v = parse_verdict(reply)
+    j = Judgment.from_verdict(('Algebra', 'A-01', 1), 'single', v, label_steps(v, 3), 3, {'status': 'done', 'score': 0.0},
+                              accepted=False, label=0, votes=FILED_JUDGE['votes'])
+    assert file_judgment(run, j, fsync=False).read_bytes() == filed_bytes(FILED_JUDGE)
+    odd = dict(FILED_CHECKER, key=['Algebra', 'A-02', 0], labels=dict(FILED_CHECKER['labels'], by='hand'), note='another writer')
+    for d in (FILED_CHECKER, FILED_JUDGE, odd):   # a run filed before: copied to another name, as the pipeline's judge selection does
+        p = judgment_path(run, 'old', tuple(d['key']))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(filed_bytes(d))
+    assert copy_judgments(run, 'old', 'new') == 3
+    for d in (FILED_CHECKER, FILED_JUDGE, odd):
+        assert judgment_path(run, 'new', tuple(d['key'])).read_bytes() == filed_bytes(dict(d, judge='new'))

@@ -9,7 +9,7 @@ from urllib.parse import unquote
 import pytest
 from PIL import Image
 from needs import caught, need_programs
-from coda.records import Judgment
+from coda.records import Judgment, Labels
 from coda.store import RunStore, file_judgment, judge_names, judgment_path
 from coda.viewer import to_html
 
@@ -43,10 +43,9 @@ def build(root:Path, eps:list, judged:bool=True)->Path:
         w.finish(RESULTS.get(out) or dict(status='error', stop='ERROR', score=0.0, reason=REASONS[i % 2]))
         if judged and out != 'error':
             ok = out == 'success'
-            file_judgment(root, Judgment((app, task, 0), 'judge', ok, int(ok), [], dict(positives=[0, 1] if ok else [0], negative=None if ok else 1,
-                                                                                             clean_success=ok)), fsync=False)
-            if i % 2: file_judgment(root, Judgment((app, task, 0), 'qwen 72b', False, -1, [], dict(positives=[], negative=None, clean_success=False)),
-                                    fsync=False)
+            labels = Labels.success(2) if ok else Labels.first_error(1)
+            file_judgment(root, Judgment(key=(app, task, 0), judge='judge', accepted=ok, label=int(ok), labels=labels), fsync=False)
+            if i % 2: file_judgment(root, Judgment(key=(app, task, 0), judge='qwen 72b', label=-1), fsync=False)
     return root
 
 def label(app, task): return f'{app} / {task} / #0'
@@ -139,8 +138,7 @@ def test_text_from_records_is_escaped(tmp_path):
     w = st.start(f'App{bad}', f'T{bad}', 0, {'instruction': bad})
     w.add_step({'step': 0, 'planner': bad, 'executor': bad, 'kind': bad, 'error': bad, 'actions': [{'kind': bad, 'x': 1, 'y': 2}]}, png(0))
     w.finish(dict(status='error', stop=bad, score=0.0, reason=bad, answer=bad))
-    file_judgment(tmp_path/'run', Judgment((f'App{bad}', f'T{bad}', 0), f'j{bad}', True, 1, [], dict(positives=[0], negative=None, clean_success=True)),
-                  fsync=False)
+    file_judgment(tmp_path/'run', Judgment(key=(f'App{bad}', f'T{bad}', 0), judge=f'j{bad}', accepted=True, label=1, labels=Labels.success(1)), fsync=False)
     doc = to_html(tmp_path/'run').read_text()
     assert '<script>alert' not in doc and 'onerror=alert' not in doc.replace('onerror=alert(2)&gt;', '')
     assert doc.count('<script>') == 1 and doc.count('<template') == 1 and doc.count('</template>') == 1

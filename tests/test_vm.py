@@ -13,7 +13,8 @@ from coda.actions import Action
 from coda.paths import SHARED
 from coda.store import RunStore
 from coda.tasks import load_task
-from coda.envs.vmclient import VMClient, VMError, VMUnreachable, LocalVM, free_port, parse_accessibility
+from coda.envs.vmclient import VMClient, VMError, VMUnreachable, LocalVM, parse_accessibility
+from coda.procs import free_port
 import coda.envs.vmclient as vmclient
 
 TASKS = SHARED/'data'/'scienceboard'/'tasks'/'KAlgebra'
@@ -176,7 +177,8 @@ def ray_here():
 def test_vms_in_ray_actors(tmp_path, ray_here):
     "Two Ray actors, each with its own VM: 4 episodes of D-03, all passed, nothing left running"
     needs_vm()
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.envs.desktop import desktop_processes
     from coda.envs.vm import VMEnv
     from coda.models import OpenAIChat
@@ -210,7 +212,8 @@ def kalgebras(vm)->list:
 def test_url_vms_cleaned_between_tasks_and_a_dead_one_replaced(tmp_path):
     "VMs by URL: the next task finds the last one's KAlgebra stopped (no snapshot to revert); when a VM dies mid-episode the pool retries on the other"
     needs_vm()
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.envs.vm import VMEnv
     from coda.models import OpenAIChat
     from coda.rollout import run_episodes

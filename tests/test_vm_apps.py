@@ -16,7 +16,8 @@ import numpy as np, pytest
 from needs import need_programs
 from coda.paths import SHARED
 from coda.tasks import Task, load_task, translate_task, TaskError
-from coda.envs.vmclient import VMClient, VMUnreachable, LocalVM, free_port
+from coda.envs.vmclient import VMClient, VMUnreachable, LocalVM
+from coda.procs import free_port
 from coda.envs.vm_apps import KAlgebraVM, CelestiaVM, GrassVM, ChimeraXVM, VMApp, vm_support, vm_report, AppError
 
 TASKS = SHARED/'data'/'scienceboard'/'tasks'

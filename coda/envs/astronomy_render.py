@@ -12,7 +12,7 @@ import math, zlib, functools, difflib
 from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
-from .scidesk import SciApp, COL, Canvas2D, font, draw_children, _mask, clip_text
+from .scidesk import SciApp, COL, Canvas2D, font, draw_children, glyph_mask, clip_text
 from .vec3 import sub, dot, cross, norm, unit
 from .astronomy_data import BODIES, STARS
 
@@ -61,12 +61,12 @@ _GLYPHS = {}
 
 @functools.lru_cache(maxsize=8192)
 def text_mask(text:str, size:int)->Image.Image|None:
-    "The same mask as `scidesk._mask(text, size)` (Pillow's rendering), mostly composed from cached glyphs"
+    "The same mask as `scidesk.glyph_mask(text, size)` (Pillow's rendering), mostly composed from cached glyphs"
     g = _GLYPHS.get(size) or _GLYPHS.setdefault(size, _Glyphs(size))
-    if not g.ok: return _mask(text, size)
+    if not g.ok: return glyph_mask(text, size)
     m = g.mask(text)
     if g.n_checked < 16 or not g.checked.issuperset(text):
-        ref = _mask(text, size)
+        ref = glyph_mask(text, size)
         if (ref is None) != (m is None) or (m is not None and (m.size != ref.size or m.tobytes() != ref.tobytes())):
             g.ok = False
             return ref

@@ -17,7 +17,7 @@ from typing import Callable
 from .desktop import Op, Arg, FieldError, check_item, validate_initialize, bounded_text, number_in, one_of
 from .grass import MODULE_NAME, grass_command
 from .vmclient import VMError
-from ..tasks import TaskError, CODA_APPS, load_task, point_key, gcmd_key, translate_task
+from ..tasks import TaskError, CODA_APPS, point_key, gcmd_key, translate_task, task_file_table
 from ..paths import SHARED
 
 # %% ../../nbs/05k_vm_apps.ipynb #8b3bd0f9
@@ -469,15 +469,9 @@ def vm_support(task)->tuple:
 def vm_tasks(root:Path|str=SHARED/'data'/'scienceboard'/'tasks',  # ScienceBoard's tasks/VM folder (one folder per app)
              apps:tuple=CODA_APPS,                                # the apps to read
             ): # a pandas DataFrame, one row per task file
-    "Per task file: app, id, supported, why"
-    import pandas as pd
-    rows = []
-    for app in apps:
-        for f in sorted(Path(root, app).glob('*.json')):
-            try: ok, why = vm_support(load_task(f))
-            except TaskError as e: ok, why = False, f"not loaded: {e}"
-            rows.append(dict(app=app, id=f.stem, supported=ok, why=why))
-    return pd.DataFrame(rows, columns=['app', 'id', 'supported', 'why'])
+    "Per task file: app, id, supported, why (`coda.tasks.task_file_table` asking `vm_support`)"
+    return task_file_table(root, apps, lambda t: dict(zip(('supported', 'why'), vm_support(t))),
+                           lambda e: dict(supported=False, why=f"not loaded: {e}"), ['supported', 'why'])
 
 # %% ../../nbs/05k_vm_apps.ipynb #41e11190
 def vm_report(root:Path|str=SHARED/'data'/'scienceboard'/'tasks',  # ScienceBoard's tasks/VM folder

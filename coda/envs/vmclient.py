@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['MAX_REPLY', 'MAX_SIDE', 'MAX_PIXELS', 'MAX_A11Y', 'SERVER', 'VMError', 'VMUnreachable', 'deadline_transport',
-           'VMClient', 'png_size', 'a11y_rows', 'parse_accessibility', 'listening_socket', 'free_port', 'LocalVM']
+           'VMClient', 'png_size', 'a11y_rows', 'parse_accessibility', 'listening_socket', 'LocalVM']
 
 # %% ../../nbs/05j_vmclient.ipynb #7620b40e
 import shutil, socket, sys, threading, time, xml.etree.ElementTree as ET
@@ -327,12 +327,6 @@ def listening_socket(port:int|None=None, # a port on 127.0.0.1 (None: a free one
         raise
     s.set_inheritable(True)
     return s
-
-def free_port()->int:
-    "A TCP port nothing listens on now, on 127.0.0.1"
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 # %% ../../nbs/05j_vmclient.ipynb #c8667421
 class LocalVM:

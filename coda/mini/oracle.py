@@ -53,7 +53,8 @@ def record_demonstrations(tasks:Sequence,       # tasks with oracles (e.g. scide
                           progress:bool=False,
                          )->list: # the episode results
     "Run the agent with the oracle planner and the grounder executor over `tasks`, into a run folder"
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.mini.grounder import A11yGrounder
     from coda.rollout import run_episodes
     if make_env is None:

@@ -6,11 +6,12 @@
 __all__ = ['PrepareArgs', 'prepare_args', 'planner_texts', 'build_planner', 'prepare']
 
 # %% ../../nbs/mini/06_prepare.ipynb #6a144938
-import json, shutil
+import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
 from ..judge import checker_judgments
+from ..files import TrainedModel
 from .oracle import record_demonstrations
 from .teacher import template_families, template_tasks
 from .tinyjudge import record_mixed
@@ -59,7 +60,7 @@ def planner_texts(runs:Sequence, tasks:Sequence, codec=None)->list:
 
 def build_planner(texts:list, out:Path, hidden:int=128, layers:int=4, vocab:int=4096, seed:int=0)->Path:
     "A random tiny Qwen2.5-VL planner with a domain tokenizer learnt from `texts`"
-    from coda.models import build_tiny_qwen25vl, domain_tokenizer
+    from coda.tiny import build_tiny_qwen25vl, domain_tokenizer
     return build_tiny_qwen25vl(out, seed=seed, hidden=hidden, layers=layers, tokenizer=domain_tokenizer(texts, vocab))
 
 # %% ../../nbs/mini/06_prepare.ipynb #f4b61390
@@ -86,7 +87,7 @@ def prepare(p)->None:
     demo_runs = [root/'seed'] + ([root/'demos'] if demos else [])
     with p.stage('prepare_planner', "a random tiny Qwen2.5-VL planner with a tokenizer learnt from what it will read") as s:
         if s.run:
-            from coda.serve import load_codec
+            from coda.plugins import load_codec
             build_planner(planner_texts(demo_runs, train, load_codec(slots) if slots else None), root/'random-planner', seed=seed, **a.planner)
     base = Path(p.cfg.models.planner.path)   # the pipeline has put its run folder in it
     argv = p.train_command(['train', 'sft', '--runs', *demo_runs, '--judge', 'checker', '--model', root/'random-planner', '--out', base,
@@ -95,7 +96,8 @@ def prepare(p)->None:
         if s.run:
             p.write_args(root/'bootstrap.yaml', {**a.bootstrap, **({'codec': slots} if slots else {}), 'seed': seed})
             p.launch('prepare_bootstrap', argv, 'bootstrap SFT')
-            s.info.update(model=str(base), **json.loads((base/'sft.json').read_text()) if (base/'sft.json').exists() else {})
+            sft = TrainedModel.read(base, 'sft')
+            s.info.update(model=str(base), **(sft.info if sft else {}))
     noisy = [root/f'judge-noisy-{i}' for i in range(a.judge_runs)] + [root/f'judge-generated-{i}' for i in range(a.judge_runs if judge_tasks else 0)]
     own = [t for t in _tasks_of(p, 'seed') + demos + judge_tasks]
     with p.stage('prepare_judge_data', f"checker-labelled runs for the judges: {len(noisy)} noisy-oracle runs, the baseline's own "
@@ -116,7 +118,7 @@ def prepare(p)->None:
         if s.run:
             from coda.mini.tinyjudge import build_tiny_base
             from coda.judge_train import judge_sft_rows
-            from coda.serve import load_codec
+            from coda.plugins import load_codec
             codec = load_codec(p.cfg.models.judge.codec or None)
             from coda.judge import DETAIL
             rows, _ = judge_sft_rows(noisy + [root/'judge-own'], 'checker', max_frames=a.judge.get('max_frames', 8), codec=codec, a11y=True, crops=DETAIL)

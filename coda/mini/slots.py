@@ -62,7 +62,7 @@ def delex_messages(messages:list, # chat messages
 
 # %% ../../nbs/mini/03_slots.ipynb #abaa2f4d
 class SlotCodec:
-    "Copy slots as a text codec (`coda.serve.Codec`): a request is delexed with its task's values, a reply relexed"
+    "Copy slots as a text codec (`coda.plugins.Codec`): a request is delexed with its task's values, a reply relexed"
     def encode(self, messages:list)->list:
         "The messages as the model reads them: every value of their task as its slot"
         return delex_messages(messages, slot_values(instruction_of(messages)))

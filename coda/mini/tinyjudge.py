@@ -13,10 +13,10 @@ from typing import Sequence
 from .grounder import latest_tree, ROLE_WORDS, quote
 from ..judge import JudgeConfig, preset, checker_judgments
 from .oracle import OraclePlanner
-from ..agent import derive_seed
+from ..aio import derive_seed
 from .slots import SlotChat, SlotCodec
 from ..store import RunStore
-from ..files import atomic_write
+from ..files import atomic_write, TrainedModel
 from .. import judge_train
 from ..judge_train import judge_sft_rows, trained_judge
 
@@ -142,7 +142,8 @@ def record_mixed(tasks:Sequence,       # tasks with oracles (e.g. scidesk's trai
                  progress:bool=False,   # show a progress bar
                 )->list: # the results of the episodes run now
     "One episode per task from the noisy oracle planner through the real agent loop, with checker judgments"
-    from coda.agent import Agent, AgentConfig, run_sync
+    from coda.agent import Agent, AgentConfig
+    from coda.aio import run_sync
     from coda.mini.grounder import A11yGrounder
     from coda.rollout import run_episodes
     if make_env is None:
@@ -204,7 +205,8 @@ def build_tiny_base(path:Path|str,         # the folder to write
                    )->Path:
     "A tiny random Qwen2.5-VL to train a judge from: a tokenizer of the rows' texts, small frames"
     from transformers import AutoProcessor
-    from coda.models import domain_tokenizer, build_tiny_qwen25vl, patch_qwen_vl_processors_without_video
+    from coda.models import patch_qwen_vl_processors_without_video
+    from coda.tiny import domain_tokenizer, build_tiny_qwen25vl
     texts = [p['text'] for r in rows for m in r['messages'] for p in m['content'] if p.get('text')]
     build_tiny_qwen25vl(path, seed=seed, hidden=hidden, layers=layers, tokenizer=domain_tokenizer(texts, vocab_size))
     patch_qwen_vl_processors_without_video()
@@ -254,5 +256,5 @@ def tiny_judge_chat(model_dir:Path|str, # a judge's model folder, as `train_tiny
                    ):
     "The chat backend a trained judge answers through: `LocalChat`, reading slots if it was trained on them"
     from coda.models import LocalChat
-    chat, info = LocalChat(model_dir, seed=seed), Path(model_dir).parent/'judge.json'
-    return SlotChat(chat) if info.exists() and json.loads(info.read_text()).get('slots') else chat
+    chat, judge = LocalChat(model_dir, seed=seed), TrainedModel.read(Path(model_dir).parent, 'judge')
+    return SlotChat(chat) if judge and judge.info.get('slots') else chat

@@ -7,10 +7,11 @@ __all__ = ['PAPER_TABLE1', 'PAPER_APPS', 'PAIRS', 'paper_cell', 'make_table1', '
            'paired_table', 'paired_markdown', 'plot_grpo', 'checker_rate', 'plot_pipeline', 'plot_frames']
 
 # %% ../../nbs/20_table1.ipynb #59638e95
-import json
 from pathlib import Path
 import pandas as pd
 from ..paths import from_root, from_cwd
+from ..files import TrainedModel
+from ..pipeconfig import Record
 from ..metrics import success_table, table_markdown, paired_difference
 from ..store import RunStore
 from ..records import Episode
@@ -53,7 +54,7 @@ def make_table1(records:dict,        # row name -> episode records of that row's
 
 def pipeline_rows(run:Path|str, which:str='test')->dict:
     "Each Table-1 row's evaluation in a pipeline run: row -> (episode records, tasks as (app, id), samples per task)"
-    rec = json.loads((Path(run)/'pipeline.json').read_text())
+    rec = Record.read(run).data
     out = {}
     for name, st in rec['stages'].items():
         if not name.startswith(f'eval_{which}_') or st.get('status') != 'done': continue
@@ -141,12 +142,12 @@ def plot_grpo(root:Path, path:Path):
     import matplotlib.pyplot as plt
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.2))
     n = 0
-    for log in sorted(Path(root).glob('stage1/*/log.csv')):
-        d = pd.read_csv(log)
-        if 'reward' not in d or d['reward'].notna().sum() == 0: continue
+    for app in sorted(Path(root).glob('stage1/*')):   # each app's GRPO folder
+        d = TrainedModel(app, 'grpo').log()
+        if d is None or 'reward' not in d or d['reward'].notna().sum() == 0: continue
         d, n = d[d['reward'].notna()], n + 1
-        ax.plot(d['step'], d['reward'], marker='o', ms=3, label=log.parent.name)
-        if 'match' in d: bx.plot(d['step'], 100 * d['match'], marker='o', ms=3, label=log.parent.name)
+        ax.plot(d['step'], d['reward'], marker='o', ms=3, label=app.name)
+        if 'match' in d: bx.plot(d['step'], 100 * d['match'], marker='o', ms=3, label=app.name)
     ax.set(xlabel='GRPO step', ylabel='decoupled reward (0-2)', ylim=(0, 2.05))
     bx.set(xlabel='GRPO step', ylabel='executor did the labelled action (%)', ylim=(0, 102))
     ax.set_title('Stage 1: reward during GRPO' + ('' if n else ' (no specialist trained)'), fontsize=9)

@@ -6,7 +6,7 @@
 __all__ = ['PAPER_TABLE2', 'prf_intervals', 'table2_frame', 'table2_markdown', 'plot_pr', 'write_table2']
 
 # %% ../../nbs/21_table2.ipynb #84e3dadd
-import json, math
+import math
 from pathlib import Path
 import numpy as np, pandas as pd
 from ..paths import from_root, from_cwd
